@@ -1,0 +1,1 @@
+//! The controller library (filled in by the connection and rollout issues).

@@ -1,0 +1,452 @@
+//! A real Kubernetes control plane on loopback: etcd, kube-apiserver (token authentication,
+//! RBAC authorization, the default admission chain, serving certificate made on the fly) and,
+//! optionally, kube-controller-manager with the controllers tests need.
+
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
+use k8s_openapi::api::core::v1::{Namespace, ServiceAccount};
+use kube::api::{ObjectMeta, PostParams};
+use kube::config::{KubeConfigOptions, Kubeconfig};
+use kube::{Api, Client, Config};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::pki::{Ca, Usage};
+use crate::process::{ChildProcess, Spec, free_ports, log_tail};
+use crate::{Error, paths};
+
+/// The controllers kube-controller-manager runs here: enough for owner-reference garbage
+/// collection, Deployments -> ReplicaSets -> Pods, namespace deletion and ServiceAccounts.
+pub const CONTROLLERS: &str = "garbagecollector,deployment,replicaset,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher";
+
+const ADMIN_TOKEN_USER: &str = "twc-admin";
+
+/// Options for [`ControlPlane::start`].
+#[derive(Clone, Debug)]
+pub struct ControlPlaneOptions {
+    /// Also run kube-controller-manager (garbage collection, Deployments, ReplicaSets, ...).
+    pub controller_manager: bool,
+    /// Extra `--flag=value` arguments for kube-apiserver.
+    pub apiserver_args: Vec<String>,
+}
+
+impl Default for ControlPlaneOptions {
+    fn default() -> Self {
+        Self {
+            controller_manager: true,
+            apiserver_args: Vec::new(),
+        }
+    }
+}
+
+/// A running control plane. Dropping it stops every process.
+pub struct ControlPlane {
+    processes: Mutex<Vec<ChildProcess>>,
+    /// `https://127.0.0.1:PORT`
+    pub server_url: String,
+    /// The CA that signed the apiserver's serving certificate (PEM).
+    pub ca_pem: String,
+    admin_token: String,
+    /// An admin kubeconfig file (usable by kubectl too).
+    pub kubeconfig_path: PathBuf,
+    log_dir: PathBuf,
+}
+
+impl ControlPlane {
+    /// Starts etcd and kube-apiserver (and kube-controller-manager if asked) and waits until
+    /// they are ready. `dir` holds data, certificates and logs.
+    pub async fn start(opts: &ControlPlaneOptions, dir: &Path) -> Result<Self, Error> {
+        let data = dir.join("data");
+        let pki = dir.join("pki");
+        for d in [&data, &pki] {
+            std::fs::create_dir_all(d).map_err(|e| Error::io("testenv", d, e))?;
+        }
+        let ports = free_ports(4)?;
+        let (etcd_client, etcd_peer, api_port, kcm_port) = (ports[0], ports[1], ports[2], ports[3]);
+
+        // Certificates and keys.
+        let ca = Ca::new("twc-testenv-ca")?;
+        let serving = ca.issue(
+            "kube-apiserver",
+            &[
+                "127.0.0.1",
+                "localhost",
+                "kubernetes",
+                "kubernetes.default",
+                "kubernetes.default.svc",
+            ],
+            Usage::Server,
+            time::Duration::days(30),
+        )?;
+        let (sa_key, sa_pub) = crate::pki::signing_key_pair()?;
+        let admin_token = random_token();
+        let files = [
+            ("ca.crt", ca.cert_pem.clone()),
+            ("apiserver.crt", serving.cert_pem.clone()),
+            ("apiserver.key", serving.key_pem.clone()),
+            ("sa.key", sa_key),
+            ("sa.pub", sa_pub),
+            (
+                "tokens.csv",
+                format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},system:masters\n"),
+            ),
+        ];
+        for (name, content) in &files {
+            let p = pki.join(name);
+            std::fs::write(&p, content).map_err(|e| Error::io("testenv", &p, e))?;
+        }
+
+        let mut processes = Vec::new();
+
+        // etcd
+        let etcd_spec = Spec::new("etcd", paths::etcd(), dir.join("etcd.log")).args([
+            "--name=testenv".to_string(),
+            format!("--data-dir={}", data.join("etcd").display()),
+            format!("--listen-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--advertise-client-urls=http://127.0.0.1:{etcd_client}"),
+            format!("--listen-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-advertise-peer-urls=http://127.0.0.1:{etcd_peer}"),
+            format!("--initial-cluster=testenv=http://127.0.0.1:{etcd_peer}"),
+            "--initial-cluster-state=new".into(),
+            "--unsafe-no-fsync".into(),
+            "--heartbeat-interval=10".into(),
+            "--election-timeout=100".into(),
+            "--log-level=warn".into(),
+        ]);
+        let mut etcd = ChildProcess::start(&etcd_spec)?;
+        let started = Instant::now();
+        let timeout = Duration::from_secs(20);
+        loop {
+            etcd.check_running()?;
+            match http_get(etcd_client, "/health").await {
+                Ok(body) if body.contains("\"health\":\"true\"") => break,
+                Ok(body) if started.elapsed() > timeout => {
+                    return Err(not_ready(&etcd, timeout, body));
+                }
+                Err(e) if started.elapsed() > timeout => return Err(not_ready(&etcd, timeout, e)),
+                _ => tokio::time::sleep(Duration::from_millis(30)).await,
+            }
+        }
+        processes.push(etcd);
+
+        // kube-apiserver
+        let mut api_args = vec![
+            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+            "--bind-address=127.0.0.1".into(),
+            "--advertise-address=127.0.0.1".into(),
+            format!("--secure-port={api_port}"),
+            format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+            format!(
+                "--tls-private-key-file={}",
+                pki.join("apiserver.key").display()
+            ),
+            format!("--client-ca-file={}", pki.join("ca.crt").display()),
+            format!("--token-auth-file={}", pki.join("tokens.csv").display()),
+            "--authorization-mode=RBAC".into(),
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+            format!(
+                "--service-account-key-file={}",
+                pki.join("sa.pub").display()
+            ),
+            format!(
+                "--service-account-signing-key-file={}",
+                pki.join("sa.key").display()
+            ),
+            "--service-cluster-ip-range=10.96.0.0/24".into(),
+            "--allow-privileged=true".into(),
+            "--endpoint-reconciler-type=none".into(),
+            "--profiling=false".into(),
+            format!("--cert-dir={}", pki.join("generated").display()),
+        ];
+        api_args.extend(opts.apiserver_args.iter().cloned());
+        let api_spec = Spec::new(
+            "kube-apiserver",
+            paths::kube_apiserver(),
+            dir.join("kube-apiserver.log"),
+        )
+        .args(api_args);
+        let mut apiserver = ChildProcess::start(&api_spec)?;
+
+        let server_url = format!("https://127.0.0.1:{api_port}");
+        let kubeconfig_path = dir.join("admin.kubeconfig");
+        let kubeconfig = kubeconfig_json(&server_url, &ca.cert_pem, &admin_token);
+        std::fs::write(&kubeconfig_path, kubeconfig.to_string())
+            .map_err(|e| Error::io("testenv", &kubeconfig_path, e))?;
+
+        let client = client_from_kubeconfig(kubeconfig).await?;
+        let started = Instant::now();
+        let timeout = Duration::from_secs(90);
+        loop {
+            apiserver.check_running()?;
+            let req = http::Request::get("/readyz").body(Vec::new());
+            let result = match req {
+                Ok(req) => client.request_text(req).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match result {
+                Ok(body) if body.trim() == "ok" => break,
+                Ok(body) | Err(body) => {
+                    if started.elapsed() > timeout {
+                        return Err(not_ready(&apiserver, timeout, body));
+                    }
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        processes.push(apiserver);
+
+        let cp = Self {
+            processes: Mutex::new(processes),
+            server_url,
+            ca_pem: ca.cert_pem.clone(),
+            admin_token,
+            kubeconfig_path,
+            log_dir: dir.to_path_buf(),
+        };
+
+        if opts.controller_manager {
+            let kcm_spec = Spec::new(
+                "kube-controller-manager",
+                paths::kube_controller_manager(),
+                dir.join("kube-controller-manager.log"),
+            )
+            .args([
+                format!("--kubeconfig={}", cp.kubeconfig_path.display()),
+                format!(
+                    "--authentication-kubeconfig={}",
+                    cp.kubeconfig_path.display()
+                ),
+                format!(
+                    "--authorization-kubeconfig={}",
+                    cp.kubeconfig_path.display()
+                ),
+                "--bind-address=127.0.0.1".into(),
+                format!("--secure-port={kcm_port}"),
+                format!("--cert-dir={}", pki.join("kcm").display()),
+                "--leader-elect=false".into(),
+                format!("--controllers={CONTROLLERS}"),
+                format!(
+                    "--service-account-private-key-file={}",
+                    pki.join("sa.key").display()
+                ),
+                format!("--root-ca-file={}", pki.join("ca.crt").display()),
+                "--use-service-account-credentials=false".into(),
+                "--kube-api-qps=200".into(),
+                "--kube-api-burst=400".into(),
+                "--concurrent-gc-syncs=5".into(),
+            ]);
+            let kcm = ChildProcess::start(&kcm_spec)?;
+            let kcm_log = kcm.log_path().to_path_buf();
+            cp.lock_processes()?.push(kcm);
+            // Ready when the ServiceAccount controller has made `default/default`.
+            let sa: Api<ServiceAccount> = Api::namespaced(client.clone(), "default");
+            let started = Instant::now();
+            let timeout = Duration::from_secs(60);
+            loop {
+                cp.check_running()?;
+                match sa.get_opt("default").await {
+                    Ok(Some(_)) => break,
+                    Ok(None) | Err(_) if started.elapsed() > timeout => {
+                        return Err(Error::NotReady {
+                            component: "kube-controller-manager".into(),
+                            waited: timeout,
+                            last: "ServiceAccount default/default never appeared".into(),
+                            tail: log_tail(&kcm_log, 20),
+                            log: kcm_log,
+                        });
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+        }
+        Ok(cp)
+    }
+
+    fn lock_processes(&self) -> Result<std::sync::MutexGuard<'_, Vec<ChildProcess>>, Error> {
+        self.processes
+            .lock()
+            .map_err(|_| Error::Other("control plane lock poisoned".into()))
+    }
+
+    /// Fails, naming the component and its log, if any process has exited.
+    pub fn check_running(&self) -> Result<(), Error> {
+        for p in self.lock_processes()?.iter_mut() {
+            p.check_running()?;
+        }
+        Ok(())
+    }
+
+    /// Where the logs of etcd, kube-apiserver and kube-controller-manager are.
+    pub fn log_dir(&self) -> &Path {
+        &self.log_dir
+    }
+
+    /// (component, RSS bytes) of each server process.
+    pub fn rss(&self) -> Vec<(String, u64)> {
+        self.lock_processes()
+            .map(|ps| {
+                ps.iter()
+                    .filter_map(|p| crate::rss_bytes(p.pid()).map(|r| (p.name().to_string(), r)))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The admin kubeconfig (cluster-admin through the `system:masters` group).
+    pub fn kubeconfig(&self) -> serde_json::Value {
+        kubeconfig_json(&self.server_url, &self.ca_pem, &self.admin_token)
+    }
+
+    /// A new admin client. Cheap; make one per test (a client is tied to the tokio runtime that
+    /// first uses it).
+    pub async fn client(&self) -> Result<Client, Error> {
+        client_from_kubeconfig(self.kubeconfig()).await
+    }
+
+    /// A client that authenticates with a bearer `token`.
+    pub async fn client_with_token(&self, token: &str) -> Result<Client, Error> {
+        client_from_kubeconfig(kubeconfig_json(&self.server_url, &self.ca_pem, token)).await
+    }
+
+    /// A client that authenticates as ServiceAccount `namespace/name` (created if missing),
+    /// with a one-hour token from the TokenRequest API. It has exactly the rights RBAC gives
+    /// that ServiceAccount.
+    pub async fn client_as_service_account(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<Client, Error> {
+        let admin = self.client().await?;
+        let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
+        if sas.get_opt(name).await?.is_none() {
+            let sa = ServiceAccount {
+                metadata: ObjectMeta {
+                    name: Some(name.to_string()),
+                    ..Default::default()
+                },
+                ..Default::default()
+            };
+            match sas.create(&PostParams::default(), &sa).await {
+                Ok(_) => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let request = TokenRequest {
+            spec: TokenRequestSpec {
+                audiences: vec!["https://kubernetes.default.svc.cluster.local".into()],
+                expiration_seconds: Some(3600),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let token = sas
+            .create_token_request(name, &PostParams::default(), &request)
+            .await?
+            .status
+            .map(|s| s.token)
+            .ok_or_else(|| Error::Other("TokenRequest returned no token".into()))?;
+        self.client_with_token(&token).await
+    }
+
+    /// Creates a Kubernetes namespace `<prefix>-<random>` and returns its name.
+    pub async fn namespace(&self, prefix: &str) -> Result<String, Error> {
+        let client = self.client().await?;
+        create_namespace(&client, prefix).await
+    }
+}
+
+/// Creates a namespace `<prefix>-<random suffix>` and returns its name.
+pub async fn create_namespace(client: &Client, prefix: &str) -> Result<String, Error> {
+    let name = format!("{prefix}-{}", &random_token()[..8]);
+    let ns = Namespace {
+        metadata: ObjectMeta {
+            name: Some(name.clone()),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await?;
+    Ok(name)
+}
+
+fn not_ready(p: &ChildProcess, waited: Duration, last: String) -> Error {
+    Error::NotReady {
+        component: p.name().to_string(),
+        waited,
+        last,
+        log: p.log_path().to_path_buf(),
+        tail: log_tail(p.log_path(), 20),
+    }
+}
+
+fn kubeconfig_json(server: &str, ca_pem: &str, token: &str) -> serde_json::Value {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    serde_json::json!({
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "twc-local", "cluster": {"server": server, "certificate-authority-data": ca}}],
+        "users": [{"name": "user", "user": {"token": token}}],
+        "contexts": [{"name": "twc-local", "context": {"cluster": "twc-local", "user": "user"}}],
+        "current-context": "twc-local",
+    })
+}
+
+async fn client_from_kubeconfig(kubeconfig: serde_json::Value) -> Result<Client, Error> {
+    let kc: Kubeconfig = serde_json::from_value(kubeconfig)
+        .map_err(|e| Error::Other(format!("bad kubeconfig: {e}")))?;
+    let config = Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
+        .await
+        .map_err(|e| Error::Other(format!("bad kubeconfig: {e}")))?;
+    Ok(Client::try_from(config)?)
+}
+
+/// A random hex string of 32 characters.
+pub fn random_token() -> String {
+    use std::fmt::Write;
+    let bytes: [u8; 16] = rand_bytes();
+    bytes.iter().fold(String::new(), |mut s, b| {
+        let _ = write!(s, "{b:02x}");
+        s
+    })
+}
+
+fn rand_bytes() -> [u8; 16] {
+    // Good enough for test tokens and names: keys from rcgen's RNG would be overkill.
+    use std::collections::hash_map::RandomState;
+    use std::hash::{BuildHasher, Hasher};
+    let mut out = [0u8; 16];
+    for chunk in out.chunks_mut(8) {
+        let mut h = RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or_default(),
+        );
+        chunk.copy_from_slice(&h.finish().to_le_bytes()[..chunk.len()]);
+    }
+    out
+}
+
+/// A plain-HTTP GET on 127.0.0.1:`port`; returns the whole response.
+async fn http_get(port: u16, path: &str) -> Result<String, String> {
+    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .map_err(|e| e.to_string())?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut buf = Vec::new();
+    tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut buf))
+        .await
+        .map_err(|_| "timed out".to_string())?
+        .map_err(|e| e.to_string())?;
+    Ok(String::from_utf8_lossy(&buf).into_owned())
+}

@@ -1,0 +1,64 @@
+//! One error type for the test environment; every variant names the component at fault.
+
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error(
+        "{component}: binary not found at {path}. Run `hack/provision.sh` (it installs every \
+         pinned version into the cache), or point the matching TWC_* variable at a binary"
+    )]
+    MissingBinary { component: String, path: PathBuf },
+
+    #[error("{component} exited early ({status}); log: {log}\n--- last lines ---\n{tail}")]
+    ExitedEarly {
+        component: String,
+        status: String,
+        log: PathBuf,
+        tail: String,
+    },
+
+    #[error(
+        "{component} was not ready after {waited:?}: {last}; log: {log}\n--- last lines ---\n{tail}"
+    )]
+    NotReady {
+        component: String,
+        waited: std::time::Duration,
+        last: String,
+        log: PathBuf,
+        tail: String,
+    },
+
+    #[error("{component}: {path}: {source}")]
+    Io {
+        component: String,
+        path: PathBuf,
+        source: std::io::Error,
+    },
+
+    #[error("timed out after {waited:?} waiting for {what}; last observed: {observed}")]
+    Timeout {
+        what: String,
+        waited: std::time::Duration,
+        observed: String,
+    },
+
+    #[error("kubernetes: {0}")]
+    Kube(#[from] kube::Error),
+
+    #[error("temporal: {0}")]
+    Temporal(String),
+
+    #[error("{0}")]
+    Other(String),
+}
+
+impl Error {
+    pub fn io(component: &str, path: &Path, source: std::io::Error) -> Self {
+        Error::Io {
+            component: component.to_string(),
+            path: path.to_path_buf(),
+            source,
+        }
+    }
+}

