@@ -254,3 +254,69 @@ pub fn free_ports(n: usize) -> Result<Vec<u16>, Error> {
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| Error::Other(format!("cannot find free ports: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_binary_is_named_with_its_component() {
+        let spec = Spec::new(
+            "kube-apiserver",
+            "/nonexistent/kube-apiserver",
+            "/tmp/x.log",
+        );
+        let err = ChildProcess::start(&spec).err().map(|e| e.to_string());
+        let msg = err.unwrap_or_default();
+        assert!(msg.contains("kube-apiserver: binary not found"), "{msg}");
+        assert!(msg.contains("hack/provision.sh"), "{msg}");
+    }
+
+    #[test]
+    fn an_early_exit_names_the_component_and_its_log() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.path().join("etcd.log");
+        let spec = Spec::new("etcd", "/bin/sh", &log).args(["-c", "echo bad flag; exit 3"]);
+        let mut p = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while p.try_wait().is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let msg = p
+            .check_running()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(msg.starts_with("etcd exited early"), "{msg}");
+        assert!(msg.contains(&log.display().to_string()), "{msg}");
+        assert!(msg.contains("bad flag"), "{msg}");
+    }
+
+    #[test]
+    fn dropping_a_child_kills_its_process_group() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let spec = Spec::new("sleeper", "/bin/sh", dir.path().join("s.log"))
+            .args(["-c", "sleep 300 & sleep 300"]);
+        let p = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let pgid = p.pid();
+        drop(p);
+        std::thread::sleep(Duration::from_millis(100));
+        // No process of that group is left.
+        let left = std::fs::read_dir("/proc")
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|e| std::fs::read_to_string(e.path().join("stat")).ok())
+            .filter(|stat| {
+                // Field 5 of /proc/PID/stat is the process group (after the ")" of the name).
+                // Field 3 is the state; zombies are already dead.
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map(|(_, rest)| rest.split_whitespace().collect())
+                    .unwrap_or_default();
+                fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
+            })
+            .count();
+        assert_eq!(left, 0, "processes of group {pgid} survived the drop");
+    }
+}
