@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Writes every generated file (CRD YAML, RBAC, chart parts). With --check, fails if any
-# checked-in file differs from what the code generates, naming this command.
+# Writes every generated file (CRD YAML; later RBAC and chart parts) from the code. With
+# --check, fails if a checked-in file differs from what the code generates, naming this command.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 check=false
@@ -8,9 +8,32 @@ check=false
 
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-# Each generator writes into $out, mirroring the repository layout.
-generators=()
-if [ ${#generators[@]} -eq 0 ]; then
-  echo "generate: nothing to generate yet"
-  exit 0
+cargo build -q --bin twc
+twc=${CARGO_TARGET_DIR:-target}/debug/twc
+
+# Generated directories, each written whole by one command.
+"$twc" crd --dir "$out/config/crd"
+generated=(config/crd)
+
+if $check; then
+  status=0
+  for d in "${generated[@]}"; do
+    if ! diff -ruN "$d" "$out/$d" >/dev/null; then
+      echo "generate: $d is out of date:" >&2
+      diff -ruN "$d" "$out/$d" | head -40 >&2 || true
+      status=1
+    fi
+  done
+  if [ $status -ne 0 ]; then
+    echo "generate: run 'hack/generate.sh' and commit the result" >&2
+    exit 1
+  fi
+  echo "generate: all generated files are up to date"
+else
+  for d in "${generated[@]}"; do
+    rm -rf "$d"
+    mkdir -p "$(dirname "$d")"
+    cp -r "$out/$d" "$d"
+  done
+  echo "generate: wrote ${generated[*]}"
 fi

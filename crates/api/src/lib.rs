@@ -1,1 +1,59 @@
-//! temporal.io/v1alpha1 API types (filled in by the API issue).
+//! `temporal.io/v1alpha1`: the API of the Temporal Worker Controller, wire-compatible with TWC,
+//! plus the cluster-scoped `ClusterConnection` and the typed `connectionRef.objectRef`.
+//!
+//! Types only, and the CRDs generated from them ([`crd`]); no IO.
+
+pub mod connection;
+pub mod crd;
+pub mod duration;
+mod schema;
+pub mod worker_deployment;
+pub mod worker_resource_template;
+
+pub use connection::{
+    AuthMode, ClusterConnection, Connection, ConnectionSpec, ConnectionStatus, ConnectionTls,
+    SecretReference,
+};
+pub use worker_deployment::*;
+pub use worker_resource_template::*;
+
+/// API group of every kind here.
+pub const GROUP: &str = "temporal.io";
+/// API version of every kind here.
+pub const VERSION: &str = "v1alpha1";
+/// `group/version`.
+pub const API_VERSION: &str = "temporal.io/v1alpha1";
+
+/// Finalizer on WorkerDeployments (cleanup in Temporal) and on Connections and
+/// ClusterConnections (kept while any WorkerDeployment uses them). Same name as TWC.
+pub const FINALIZER: &str = "temporal.io/delete-protection";
+
+/// Labels and annotations the controller sets, as TWC does.
+pub mod labels {
+    /// On versioned Deployments and their pods: the build ID.
+    pub const BUILD_ID: &str = "temporal.io/build-id";
+    /// On versioned Deployments and their pods: the WorkerDeployment's name.
+    pub const DEPLOYMENT_NAME: &str = "temporal.io/deployment-name";
+    /// Pod annotation: hash of the connection settings the pods were built with.
+    pub const CONNECTION_SPEC_HASH: &str = "temporal.io/connection-spec-hash";
+    /// Pod annotation: hash of the user's pod template.
+    pub const POD_TEMPLATE_SPEC_HASH: &str = "temporal.io/pod-template-spec-hash";
+}
+
+/// Condition types and reasons, the same strings as TWC.
+pub mod conditions {
+    pub const READY: &str = "Ready";
+    pub const PROGRESSING: &str = "Progressing";
+
+    pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    pub const WAITING_FOR_POLLERS: &str = "WaitingForPollers";
+    pub const WAITING_FOR_PROMOTION: &str = "WaitingForPromotion";
+    pub const RAMPING: &str = "Ramping";
+    pub const CONNECTION_NOT_FOUND: &str = "ConnectionNotFound";
+    pub const AUTH_SECRET_INVALID: &str = "AuthSecretInvalid";
+    pub const TEMPORAL_CLIENT_CREATION_FAILED: &str = "TemporalClientCreationFailed";
+    pub const TEMPORAL_STATE_FETCH_FAILED: &str = "TemporalStateFetchFailed";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PLAN_GENERATION_FAILED: &str = "PlanGenerationFailed";
+    pub const PLAN_EXECUTION_FAILED: &str = "PlanExecutionFailed";
+}

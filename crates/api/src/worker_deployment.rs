@@ -1,0 +1,667 @@
+//! `WorkerDeployment`: a pod template that becomes one Temporal Worker Deployment Version (and
+//! one versioned Deployment) per distinct template, with a rollout and a sunset strategy.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{
+    ConfigMapKeySelector, ObjectReference, PodTemplateSpec, SecretKeySelector,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// The desired state of a WorkerDeployment.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[kube(
+    group = "temporal.io",
+    version = "v1alpha1",
+    kind = "WorkerDeployment",
+    namespaced,
+    status = "WorkerDeploymentStatus",
+    derive = "Default",
+    derive = "PartialEq",
+    shortname = "wd",
+    shortname = "wdeployment",
+    doc = "WorkerDeployment runs Temporal workers from a pod template. Each distinct template becomes a Temporal Worker Deployment Version (a build ID) with its own Deployment; new workflows move to the target version by the rollout strategy, and drained versions are scaled down and deleted by the sunset strategy.",
+    printcolumn(name = "Current", type_ = "string", json_path = ".status.currentVersion.buildID", description = "Current build ID"),
+    printcolumn(name = "Target", type_ = "string", json_path = ".status.targetVersion.buildID", description = "Target build ID"),
+    printcolumn(name = "Ramp %", type_ = "number", json_path = ".status.targetVersion.rampPercentage", description = "Ramp percentage"),
+    printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the target version is current"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Age"),
+    validation = Rule::new("size(self.metadata.name) <= 63").message("name cannot be more than 63 characters")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerDeploymentSpec {
+    /// Number of desired pods for the active versions (current and target). When omitted, the
+    /// controller creates versioned Deployments without replicas and never scales active
+    /// versions, so an HPA or KEDA can own them; drained versions and inactive versions that are
+    /// not the target are still scaled to zero.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+
+    /// The pods each version runs. The controller adds the Temporal connection environment
+    /// variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_DEPLOYMENT_NAME,
+    /// TEMPORAL_WORKER_BUILD_ID, and TLS or API-key settings) to every container. Any change
+    /// to the template makes a new version, unless `workerOptions.unsafeCustomBuildID` is set.
+    pub template: PodTemplateSpec,
+
+    /// Minimum number of seconds a new pod must be ready, without any container crashing, to
+    /// count as available. Copied to each versioned Deployment.
+    #[serde(default)]
+    #[schemars(range(min = 0))]
+    pub min_ready_seconds: i32,
+
+    /// Accepted for compatibility with TWC manifests; the versioned Deployments keep the
+    /// Kubernetes default progress deadline.
+    #[serde(
+        default = "default_progress_deadline",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub progress_deadline_seconds: Option<i32>,
+
+    /// How new workflow executions move to the target version.
+    pub rollout: RolloutStrategy,
+
+    /// How versions are retired once drained.
+    #[serde(default)]
+    pub sunset: SunsetStrategy,
+
+    /// How workers connect to Temporal.
+    pub worker_options: WorkerOptions,
+}
+
+fn default_progress_deadline() -> Option<i32> {
+    Some(600)
+}
+
+/// How the worker pods connect to Temporal.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerOptions {
+    /// The connection to Temporal: either `name` (a Connection in this namespace, as in TWC)
+    /// or `objectRef` (a Connection or a ClusterConnection).
+    pub connection_ref: ConnectionReference,
+
+    /// The Temporal namespace the workers poll.
+    #[schemars(length(min = 1))]
+    pub temporal_namespace: String,
+
+    /// Overrides the build ID computed from the pod template. A template change under the same
+    /// build ID rolls the existing Deployment in place instead of creating a new version.
+    /// Unsafe: if workflow code changes while this stays the same, pinned workflows may run on
+    /// incompatible code.
+    #[serde(
+        default,
+        rename = "unsafeCustomBuildID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    #[schemars(
+        length(max = 63),
+        regex(pattern = r"^[a-zA-Z0-9]([a-zA-Z0-9._-]*[a-zA-Z0-9])?$")
+    )]
+    pub unsafe_custom_build_id: Option<String>,
+}
+
+/// A reference to the connection a WorkerDeployment uses, in the style of
+/// `TypedObjectReference`. Set exactly one of `name` and `objectRef`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.name) || has(self.objectRef)")
+        .message("connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)"),
+    validation = Rule::new("!(has(self.name) && has(self.objectRef))")
+        .message("connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one")
+)]
+pub struct ConnectionReference {
+    /// Name of a Connection in the WorkerDeployment's namespace (the TWC form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: Option<String>,
+
+    /// A typed reference to a Connection in the WorkerDeployment's namespace or to a
+    /// cluster-scoped ClusterConnection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ref: Option<ConnectionObjectReference>,
+}
+
+/// A typed reference to a Connection or ClusterConnection.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionObjectReference {
+    /// API group of the referenced object; only `temporal.io` is supported.
+    #[serde(default = "default_api_group")]
+    #[x_kube(validation = Rule::new("self == 'temporal.io'").message("objectRef.apiGroup must be temporal.io"))]
+    pub api_group: String,
+
+    /// Kind of the referenced object: `Connection` (in the WorkerDeployment's namespace) or
+    /// `ClusterConnection` (cluster-scoped).
+    #[x_kube(validation = Rule::new("self == 'Connection' || self == 'ClusterConnection'").message("objectRef.kind must be Connection or ClusterConnection"))]
+    pub kind: String,
+
+    /// Name of the referenced object.
+    #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+}
+
+fn default_api_group() -> String {
+    crate::GROUP.to_string()
+}
+
+/// The two kinds a connection reference may name.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ConnectionKind {
+    Connection,
+    ClusterConnection,
+}
+
+impl ConnectionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionKind::Connection => "Connection",
+            ConnectionKind::ClusterConnection => "ClusterConnection",
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ConnectionReference {
+    /// The referenced kind and name, normalising the legacy `name` form to a Connection.
+    /// `None` if the reference is malformed (the CRD's validation prevents that).
+    pub fn target(&self) -> Option<(ConnectionKind, &str)> {
+        match (&self.name, &self.object_ref) {
+            (Some(name), None) => Some((ConnectionKind::Connection, name.as_str())),
+            (None, Some(r)) if r.api_group == crate::GROUP => match r.kind.as_str() {
+                "Connection" => Some((ConnectionKind::Connection, r.name.as_str())),
+                "ClusterConnection" => Some((ConnectionKind::ClusterConnection, r.name.as_str())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}
+
+/// The strategies for routing new workflows to a new version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum RolloutStrategyKind {
+    #[default]
+    Manual,
+    AllAtOnce,
+    Progressive,
+}
+
+/// How to roll out new workflow executions to the target version.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("self.strategy != 'Progressive' || (has(self.steps) && size(self.steps) > 0)")
+        .message("steps are required for Progressive rollout"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
+        .message("exactly one of configMapKeyRef or secretKeyRef must be set"),
+    validation = Rule::new("!has(self.steps) || self.steps.map(s, s.rampPercentage).isSorted() && self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage))")
+        .message("steps[].rampPercentage must be strictly increasing from one step to the next")
+)]
+pub struct RolloutStrategy {
+    /// `Manual` scales versions but never changes routing (promote by hand). `AllAtOnce`
+    /// sends all new workflows to the new version once it is healthy. `Progressive` ramps the
+    /// share of new workflows through `steps`, then promotes; with no current version, and not
+    /// every task queue served by unversioned workers, it promotes at once instead.
+    pub strategy: RolloutStrategyKind,
+
+    /// A workflow that must run to completion on the new version, pinned to it, before the
+    /// version gets any traffic.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateWorkflowConfig>,
+
+    /// The ramp steps of a Progressive rollout, at most 20, with strictly increasing
+    /// percentages.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 20))]
+    pub steps: Vec<RolloutStep>,
+}
+
+/// One step of a Progressive rollout.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("duration(self.pauseDuration) >= duration('30s')")
+        .message("pause duration must be at least 30s")
+)]
+pub struct RolloutStep {
+    /// Percentage of new workflow executions routed to the new version during this step,
+    /// from 1 to 99.
+    #[schemars(range(min = 1, max = 99))]
+    pub ramp_percentage: i32,
+
+    /// How long to stay at this step before the next one, as a duration such as `30s`, `5m`
+    /// or `1h`; at least 30s.
+    pub pause_duration: String,
+}
+
+/// A gate workflow.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateWorkflowConfig {
+    /// The workflow type to start on the new version.
+    #[schemars(length(min = 1))]
+    pub workflow_type: String,
+
+    /// Any JSON value, passed as the gate workflow's first argument. Use `inputFrom` with a
+    /// Secret for input that must not be logged. Mutually exclusive with `inputFrom`; since a
+    /// free-form value is invisible to CRD validation rules, the controller checks this and
+    /// reports `InvalidSpec`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_json")]
+    pub input: Option<serde_json::Value>,
+
+    /// A ConfigMap or Secret key in the WorkerDeployment's namespace whose value (a JSON
+    /// document) is passed as the gate workflow's first argument.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_from: Option<GateInputSource>,
+}
+
+/// Where a gate workflow's input comes from; exactly one of the two.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GateInputSource {
+    /// A key of a ConfigMap in the WorkerDeployment's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_key_ref: Option<ConfigMapKeySelector>,
+
+    /// A key of a Secret in the WorkerDeployment's namespace; its value is never logged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_key_ref: Option<SecretKeySelector>,
+}
+
+/// How versions are retired once drained.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.scaledownDelay) || duration(self.scaledownDelay) >= duration('0s')")
+        .message("scaledownDelay must be a non-negative duration such as 30m or 1h"),
+    validation = Rule::new("!has(self.deleteDelay) || duration(self.deleteDelay) >= duration('0s')")
+        .message("deleteDelay must be a non-negative duration such as 1h or 24h")
+)]
+pub struct SunsetStrategy {
+    /// How long after a version is drained to scale its Deployment to zero. Default `1h`.
+    #[serde(default = "default_scaledown", skip_serializing_if = "Option::is_none")]
+    pub scaledown_delay: Option<String>,
+
+    /// How long after a version is drained to delete its Deployment (counted after the
+    /// scale-down delay, as TWC does). Default `24h`.
+    #[serde(default = "default_delete", skip_serializing_if = "Option::is_none")]
+    pub delete_delay: Option<String>,
+}
+
+impl Default for SunsetStrategy {
+    fn default() -> Self {
+        Self {
+            scaledown_delay: default_scaledown(),
+            delete_delay: default_delete(),
+        }
+    }
+}
+
+fn default_scaledown() -> Option<String> {
+    Some("1h".into())
+}
+
+fn default_delete() -> Option<String> {
+    Some("24h".into())
+}
+
+/// The state of a version in Temporal.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum VersionStatus {
+    #[default]
+    NotRegistered,
+    Inactive,
+    Ramping,
+    Current,
+    Draining,
+    Drained,
+}
+
+/// The state of a gate (test) workflow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum WorkflowExecutionStatus {
+    #[default]
+    Running,
+    Completed,
+    Failed,
+    Canceled,
+    Terminated,
+    TimedOut,
+}
+
+/// A gate workflow run.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkflowExecution {
+    /// Workflow ID: `test-<deployment name>:<build ID>-<task queue>`.
+    #[serde(rename = "workflowID")]
+    pub workflow_id: String,
+    /// Run ID.
+    #[serde(rename = "runID")]
+    pub run_id: String,
+    /// Execution status.
+    pub status: WorkflowExecutionStatus,
+    /// Task queue it runs on.
+    pub task_queue: String,
+}
+
+/// A task queue a version polls.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct TaskQueue {
+    /// Name of the task queue.
+    pub name: String,
+}
+
+/// Fields every version entry in the status has.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BaseWorkerDeploymentVersion {
+    /// The build ID of this version.
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// The version's state in Temporal: `NotRegistered` (no worker polled yet), `Inactive`,
+    /// `Ramping`, `Current`, `Draining` (pinned workflows still open) or `Drained`.
+    pub status: VersionStatus,
+    /// Since when the version's Deployment is Available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_since: Option<Time>,
+    /// The version's Deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<ObjectReference>,
+    /// Task queues the version's workers poll.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub task_queues: Vec<TaskQueue>,
+    /// Identity managing this version's rollout (kept for compatibility; unused).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_by: Option<String>,
+}
+
+/// The version new workflows are meant to go to.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TargetWorkerDeploymentVersion {
+    #[serde(flatten)]
+    pub base: BaseWorkerDeploymentVersion,
+    /// Gate workflows run on this version.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub test_workflows: Vec<WorkflowExecution>,
+    /// Percentage of new workflows routed to this version while it ramps (0 to 100).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.0, max = 100.0))]
+    pub ramp_percentage: Option<f32>,
+    /// When the version started ramping.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramping_since: Option<Time>,
+    /// When the ramp percentage last changed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramp_last_modified_at: Option<Time>,
+}
+
+/// The version that currently receives new workflows.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+pub struct CurrentWorkerDeploymentVersion {
+    #[serde(flatten)]
+    pub base: BaseWorkerDeploymentVersion,
+}
+
+/// A version that is neither current nor target.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DeprecatedWorkerDeploymentVersion {
+    #[serde(flatten)]
+    pub base: BaseWorkerDeploymentVersion,
+    /// When the version became drained.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drained_since: Option<Time>,
+    /// Drained and without running workers, so it can be deleted.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub eligible_for_deletion: bool,
+}
+
+/// The connection the controller last acted on.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ObservedConnectionRef {
+    /// `Connection` or `ClusterConnection`.
+    pub kind: String,
+    /// Name of the connection object.
+    pub name: String,
+}
+
+/// The observed state of a WorkerDeployment.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerDeploymentStatus {
+    /// The version new workflows should move to (from the current pod template).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_version: Option<TargetWorkerDeploymentVersion>,
+    /// The version Temporal currently routes new workflows to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_version: Option<CurrentWorkerDeploymentVersion>,
+    /// Versions with a Deployment that are neither current nor target, sorted by build ID.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub deprecated_versions: Vec<DeprecatedWorkerDeploymentVersion>,
+    /// Temporal's conflict token for the worker deployment's routing config.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::bytes")]
+    pub version_conflict_token: Option<ByteString>,
+    /// Identity of the last client that changed the worker deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_modifier_identity: Option<String>,
+    /// Identity with exclusive rights to change routing; when another client holds it, the
+    /// controller does not change routing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub manager_identity: Option<String>,
+    /// Number of versions Temporal knows for this worker deployment.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub version_count: Option<i32>,
+    /// The `metadata.generation` the controller last acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// The connection the controller last acted on; when `connectionRef` changes, the old
+    /// connection is released.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_connection_ref: Option<ObservedConnectionRef>,
+    /// Latest observations (`Ready`, `Progressing`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+}
+
+/// A spec problem the CRD schema cannot catch; reported as the `InvalidSpec` condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// The offending field, e.g. `spec.rollout.gate`.
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl WorkerDeploymentSpec {
+    /// Checks what the CRD validation cannot (or what an apiserver without our CRD rules, or an
+    /// object stored before them, may have let through). Empty when the spec is valid.
+    pub fn validate(&self) -> Vec<SpecError> {
+        let mut errors = Vec::new();
+        let mut err = |field: &str, message: String| {
+            errors.push(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
+        if let Some(gate) = &self.rollout.gate {
+            if gate.input.is_some() && gate.input_from.is_some() {
+                err(
+                    "spec.rollout.gate",
+                    "input and inputFrom are mutually exclusive: set only one".into(),
+                );
+            }
+            if let Some(from) = &gate.input_from
+                && from.config_map_key_ref.is_some() == from.secret_key_ref.is_some()
+            {
+                err(
+                    "spec.rollout.gate.inputFrom",
+                    "exactly one of configMapKeyRef or secretKeyRef must be set".into(),
+                );
+            }
+        }
+        if self.rollout.strategy == RolloutStrategyKind::Progressive
+            && self.rollout.steps.is_empty()
+        {
+            err(
+                "spec.rollout.steps",
+                "steps are required for Progressive rollout".into(),
+            );
+        }
+        let mut previous = 0;
+        for (i, step) in self.rollout.steps.iter().enumerate() {
+            if !(1..=99).contains(&step.ramp_percentage) {
+                err(
+                    &format!("spec.rollout.steps[{i}].rampPercentage"),
+                    format!("must be from 1 to 99, got {}", step.ramp_percentage),
+                );
+            } else if step.ramp_percentage <= previous {
+                err(
+                    &format!("spec.rollout.steps[{i}].rampPercentage"),
+                    format!(
+                        "must be greater than the previous step's {previous}, got {}",
+                        step.ramp_percentage
+                    ),
+                );
+            }
+            previous = previous.max(step.ramp_percentage);
+            match crate::duration::parse(&step.pause_duration) {
+                Ok(d) if d >= std::time::Duration::from_secs(30) => {}
+                Ok(_) => err(
+                    &format!("spec.rollout.steps[{i}].pauseDuration"),
+                    "pause duration must be at least 30s".into(),
+                ),
+                Err(e) => err(&format!("spec.rollout.steps[{i}].pauseDuration"), e),
+            }
+        }
+        if self.rollout.steps.len() > 20 {
+            err("spec.rollout.steps", "at most 20 steps are allowed".into());
+        }
+        for (field, value) in [
+            ("spec.sunset.scaledownDelay", &self.sunset.scaledown_delay),
+            ("spec.sunset.deleteDelay", &self.sunset.delete_delay),
+        ] {
+            if let Some(Err(e)) = value.as_deref().map(crate::duration::parse) {
+                err(field, e);
+            }
+        }
+        if self.worker_options.connection_ref.target().is_none() {
+            err(
+                "spec.workerOptions.connectionRef",
+                "set either name, or objectRef with kind Connection or ClusterConnection".into(),
+            );
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec() -> WorkerDeploymentSpec {
+        WorkerDeploymentSpec {
+            rollout: RolloutStrategy {
+                strategy: RolloutStrategyKind::AllAtOnce,
+                ..Default::default()
+            },
+            worker_options: WorkerOptions {
+                connection_ref: ConnectionReference {
+                    name: Some("c".into()),
+                    object_ref: None,
+                },
+                temporal_namespace: "default".into(),
+                unsafe_custom_build_id: None,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn step(ramp: i32, pause: &str) -> RolloutStep {
+        RolloutStep {
+            ramp_percentage: ramp,
+            pause_duration: pause.into(),
+        }
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_errors() {
+        let mut s = spec();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![step(10, "30s"), step(50, "1h")];
+        assert_eq!(s.validate(), vec![]);
+    }
+
+    #[test]
+    fn gate_input_and_input_from_are_exclusive() {
+        let mut s = spec();
+        s.rollout.gate = Some(GateWorkflowConfig {
+            workflow_type: "G".into(),
+            input: Some(serde_json::json!({"a": 1})),
+            input_from: Some(GateInputSource {
+                secret_key_ref: Some(Default::default()),
+                config_map_key_ref: None,
+            }),
+        });
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.rollout.gate");
+        assert!(errors[0].message.contains("mutually exclusive"));
+    }
+
+    #[test]
+    fn ramps_must_increase_and_pauses_must_parse() {
+        let mut s = spec();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![
+            step(50, "1m"),
+            step(20, "1m"),
+            step(60, "5 minutes"),
+            step(70, "10s"),
+        ];
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(fields.len(), 3, "{fields:?}");
+        assert!(fields[0].starts_with(
+            "spec.rollout.steps[1].rampPercentage: must be greater than the previous step's 50"
+        ));
+        assert!(
+            fields[1].starts_with(
+                "spec.rollout.steps[2].pauseDuration: \"5 minutes\" is not a duration"
+            )
+        );
+        assert!(fields[2].starts_with(
+            "spec.rollout.steps[3].pauseDuration: pause duration must be at least 30s"
+        ));
+    }
+
+    #[test]
+    fn a_sunset_delay_that_is_not_a_duration_is_reported() {
+        let mut s = spec();
+        s.sunset.delete_delay = Some("tomorrow".into());
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.sunset.deleteDelay");
+    }
+}
