@@ -1,1 +1,7 @@
-//! The controller library (filled in by the connection and rollout issues).
+//! The Temporal Worker Controller library: connections and their lifecycle, the Temporal
+//! client pool, and the WorkerDeployment pipeline (observe -> plan -> execute -> status).
+
+pub mod connections;
+pub mod error;
+pub mod plan;
+pub mod temporal;

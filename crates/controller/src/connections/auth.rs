@@ -1,0 +1,199 @@
+//! Turning a credential Secret into client credentials, with a precise error for everything
+//! that can be wrong with it. Pure: the caller fetched the Secret.
+
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::core::v1::Secret;
+use rustls_pki_types::pem::PemObject;
+use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use twc_api::{AuthMode, ConnectionSpec};
+
+/// Re-dial (and treat as invalid) a client certificate this long before it expires.
+pub const CERT_EXPIRY_MARGIN: Duration = Duration::from_secs(5 * 60);
+
+/// What a Temporal client authenticates with. `Debug` never prints key material.
+#[derive(Clone, PartialEq, Eq)]
+pub enum Credentials {
+    None,
+    MutualTls {
+        cert_pem: Vec<u8>,
+        key_pem: Vec<u8>,
+        /// The client certificate's expiry.
+        not_after: SystemTime,
+    },
+    ApiKey(String),
+}
+
+impl std::fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Credentials::None => f.write_str("None"),
+            Credentials::MutualTls { not_after, .. } => f
+                .debug_struct("MutualTls")
+                .field("not_after", not_after)
+                .finish_non_exhaustive(),
+            Credentials::ApiKey(_) => f.write_str("ApiKey(<redacted>)"),
+        }
+    }
+}
+
+/// Client credentials plus an optional CA bundle to trust for the server.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Auth {
+    pub credentials: Credentials,
+    pub ca_pem: Option<Vec<u8>>,
+}
+
+impl Auth {
+    /// When the client using this auth must be re-dialled, if ever.
+    pub fn redial_at(&self) -> Option<SystemTime> {
+        match &self.credentials {
+            Credentials::MutualTls { not_after, .. } => not_after.checked_sub(CERT_EXPIRY_MARGIN),
+            _ => None,
+        }
+    }
+}
+
+/// Builds [`Auth`] for `spec` from the credential Secret and the CA Secret (both already read
+/// from the WorkerDeployment's namespace `namespace`; `None` = not found). The error message
+/// names the Secret and its namespace and says what is wrong.
+pub fn auth_from_secrets(
+    spec: &ConnectionSpec,
+    namespace: &str,
+    credential_secret: Option<&Secret>,
+    ca_secret: Option<&Secret>,
+    now: SystemTime,
+) -> Result<Auth, String> {
+    let mut ca_pem = None;
+    if let Some(ca_ref) = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
+    {
+        let where_ = format!("Secret {namespace}/{}", ca_ref.name);
+        let secret = ca_secret.ok_or_else(|| format!("{where_} not found"))?;
+        let ca = key(secret, "ca.crt").ok_or_else(|| format!("{where_} has no key ca.crt"))?;
+        check_certs(&ca).map_err(|e| format!("{where_} key ca.crt: {e}"))?;
+        ca_pem = Some(ca);
+    }
+    let credentials = match spec.auth_mode() {
+        AuthMode::None => Credentials::None,
+        AuthMode::MutualTls => {
+            let name = spec.secret_name().unwrap_or_default();
+            let where_ = format!("Secret {namespace}/{name}");
+            let secret = credential_secret.ok_or_else(|| format!("{where_} not found"))?;
+            let type_ = secret.type_.as_deref().unwrap_or("Opaque");
+            if type_ != "kubernetes.io/tls" && type_ != "Opaque" {
+                return Err(format!(
+                    "{where_} has type {type_}; an mTLS Secret must be of type kubernetes.io/tls or Opaque"
+                ));
+            }
+            let cert_pem =
+                key(secret, "tls.crt").ok_or_else(|| format!("{where_} has no key tls.crt"))?;
+            let key_pem =
+                key(secret, "tls.key").ok_or_else(|| format!("{where_} has no key tls.key"))?;
+            let not_after =
+                check_certs(&cert_pem).map_err(|e| format!("{where_} key tls.crt: {e}"))?;
+            PrivateKeyDer::from_pem_slice(&key_pem)
+                .map_err(|e| format!("{where_} key tls.key: not a PEM private key ({e})"))?;
+            if not_after <= now {
+                return Err(format!(
+                    "{where_} key tls.crt: the certificate expired at {}",
+                    rfc3339(not_after)
+                ));
+            }
+            if not_after <= now + CERT_EXPIRY_MARGIN {
+                return Err(format!(
+                    "{where_} key tls.crt: the certificate expires at {}, in less than {} minutes; renew it",
+                    rfc3339(not_after),
+                    CERT_EXPIRY_MARGIN.as_secs() / 60
+                ));
+            }
+            if let Some(ca) = key(secret, "ca.crt") {
+                check_certs(&ca).map_err(|e| format!("{where_} key ca.crt: {e}"))?;
+                ca_pem = Some(ca);
+            }
+            Credentials::MutualTls {
+                cert_pem,
+                key_pem,
+                not_after,
+            }
+        }
+        AuthMode::ApiKey => {
+            let selector = spec.api_key_secret_ref.clone().unwrap_or_default();
+            let where_ = format!("Secret {namespace}/{}", selector.name);
+            let secret = credential_secret.ok_or_else(|| format!("{where_} not found"))?;
+            let type_ = secret.type_.as_deref().unwrap_or("Opaque");
+            if type_ != "Opaque" {
+                return Err(format!(
+                    "{where_} has type {type_}; an API-key Secret must be of type Opaque"
+                ));
+            }
+            let value = key(secret, &selector.key)
+                .ok_or_else(|| format!("{where_} has no key {}", selector.key))?;
+            let api_key = String::from_utf8(value)
+                .map_err(|_| format!("{where_} key {}: the API key is not UTF-8", selector.key))?;
+            let api_key = api_key.trim().to_string();
+            if api_key.is_empty() {
+                return Err(format!(
+                    "{where_} key {}: the API key is empty",
+                    selector.key
+                ));
+            }
+            Credentials::ApiKey(api_key)
+        }
+    };
+    Ok(Auth {
+        credentials,
+        ca_pem,
+    })
+}
+
+fn key(secret: &Secret, key: &str) -> Option<Vec<u8>> {
+    secret
+        .data
+        .as_ref()
+        .and_then(|d| d.get(key))
+        .map(|b| b.0.clone())
+        .or_else(|| {
+            secret
+                .string_data
+                .as_ref()
+                .and_then(|d| d.get(key))
+                .map(|s| s.clone().into_bytes())
+        })
+        .filter(|v| !v.is_empty())
+}
+
+/// Parses every certificate in a PEM bundle; returns the earliest expiry.
+fn check_certs(pem: &[u8]) -> Result<SystemTime, String> {
+    let mut earliest: Option<SystemTime> = None;
+    let mut count = 0;
+    for der in CertificateDer::pem_slice_iter(pem) {
+        let der = der.map_err(|e| format!("not valid PEM ({e})"))?;
+        let (_, cert) = x509_parser::parse_x509_certificate(der.as_ref())
+            .map_err(|e| format!("not a valid X.509 certificate ({e})"))?;
+        let secs = cert.validity().not_after.timestamp();
+        let t = if secs >= 0 {
+            SystemTime::UNIX_EPOCH + Duration::from_secs(secs as u64)
+        } else {
+            SystemTime::UNIX_EPOCH
+        };
+        earliest = Some(earliest.map_or(t, |e| e.min(t)));
+        count += 1;
+    }
+    match (count, earliest) {
+        (0, _) | (_, None) => Err("no PEM certificate found".into()),
+        (_, Some(t)) => Ok(t),
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    let secs = t
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or_default();
+    k8s_openapi::jiff::Timestamp::from_second(secs)
+        .map(|ts| ts.to_string())
+        .unwrap_or_else(|_| format!("{secs}s after the epoch"))
+}

@@ -1,0 +1,144 @@
+//! The delete-protection finalizer on Connections and ClusterConnections: present exactly while
+//! at least one WorkerDeployment uses the connection, computed from the usage index every time
+//! (never remembered from events), so it converges after any sequence of changes and restarts.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::{Resource, ResourceExt};
+use serde::de::DeserializeOwned;
+use serde_json::json;
+use twc_api::{ClusterConnection, Connection, FINALIZER};
+
+use super::index::{ConnKey, UsageIndex};
+
+/// What the finalizer reconcilers need.
+pub struct Context {
+    pub client: kube::Client,
+    pub index: UsageIndex,
+}
+
+/// Reconciles a namespaced Connection's finalizer.
+pub async fn reconcile_connection(
+    conn: Arc<Connection>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let ns = conn.namespace().unwrap_or_default();
+    let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
+    let key = ConnKey::connection(&ns, &conn.name_any());
+    let used_by = conn.status.as_ref().and_then(|s| s.used_by);
+    sync(&api, conn.as_ref(), &key, used_by, &ctx.index).await
+}
+
+/// Reconciles a ClusterConnection's finalizer (users in every namespace count).
+pub async fn reconcile_cluster_connection(
+    conn: Arc<ClusterConnection>,
+    ctx: Arc<Context>,
+) -> Result<Action, kube::Error> {
+    let api: Api<ClusterConnection> = Api::all(ctx.client.clone());
+    let key = ConnKey::cluster(&conn.name_any());
+    let used_by = conn.status.as_ref().and_then(|s| s.used_by);
+    sync(&api, conn.as_ref(), &key, used_by, &ctx.index).await
+}
+
+/// What to change on a connection, given its users: (finalizers to write, if any).
+pub fn desired_finalizers(current: &[String], users: usize, deleting: bool) -> Option<Vec<String>> {
+    let has = current.iter().any(|f| f == FINALIZER);
+    if users > 0 && !has && !deleting {
+        let mut f = current.to_vec();
+        f.push(FINALIZER.to_string());
+        Some(f)
+    } else if users == 0 && has {
+        Some(
+            current
+                .iter()
+                .filter(|f| *f != FINALIZER)
+                .cloned()
+                .collect(),
+        )
+    } else {
+        None
+    }
+}
+
+async fn sync<K>(
+    api: &Api<K>,
+    obj: &K,
+    key: &ConnKey,
+    used_by: Option<i32>,
+    index: &UsageIndex,
+) -> Result<Action, kube::Error>
+where
+    K: Resource + Clone + DeserializeOwned + Debug,
+{
+    if !index.is_ready() {
+        // Until every WorkerDeployment has been seen, "no users" is not known.
+        return Ok(Action::requeue(Duration::from_millis(500)));
+    }
+    let users = index.users(key).len();
+    let name = obj.name_any();
+    let deleting = obj.meta().deletion_timestamp.is_some();
+    if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
+        let adding = finalizers.len() > obj.finalizers().len();
+        // The resourceVersion makes this a compare-and-swap: a concurrent change wins and we
+        // recompute.
+        let patch = json!({"metadata": {
+            "resourceVersion": obj.resource_version(),
+            "finalizers": finalizers,
+        }});
+        match api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => tracing::info!(
+                connection = %key,
+                users,
+                "{} finalizer {FINALIZER}",
+                if adding { "added" } else { "removed" }
+            ),
+            Err(kube::Error::Api(s)) if s.code == 409 => {
+                return Ok(Action::requeue(Duration::from_millis(100)));
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
+            Err(e) => return Err(e),
+        }
+    }
+    let count = i32::try_from(users).unwrap_or(i32::MAX);
+    if used_by != Some(count) && !(deleting && users == 0) {
+        let patch = json!({"status": {"usedBy": count}});
+        match api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(Action::await_change())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finalizer_follows_usage() {
+        let none: Vec<String> = vec![];
+        let ours = vec![FINALIZER.to_string()];
+        let other = vec!["example.com/keep".to_string()];
+        assert_eq!(desired_finalizers(&none, 1, false), Some(ours.clone()));
+        assert_eq!(desired_finalizers(&ours, 1, false), None);
+        assert_eq!(desired_finalizers(&ours, 0, false), Some(vec![]));
+        assert_eq!(desired_finalizers(&none, 0, false), None);
+        // Another controller's finalizer is kept.
+        let both = vec!["example.com/keep".to_string(), FINALIZER.to_string()];
+        assert_eq!(desired_finalizers(&both, 0, true), Some(other.clone()));
+        assert_eq!(desired_finalizers(&other, 2, false), Some(both));
+        // No finalizer can be added to an object already being deleted.
+        assert_eq!(desired_finalizers(&none, 1, true), None);
+    }
+}

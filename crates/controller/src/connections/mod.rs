@@ -1,0 +1,162 @@
+//! Connection / ClusterConnection: resolving a WorkerDeployment's reference, reading its
+//! credential Secret (always from the WorkerDeployment's own namespace), getting a Temporal
+//! client from the pool, and keeping the delete-protection finalizer right.
+
+pub mod auth;
+pub mod finalizer;
+pub mod index;
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PartialObjectMeta};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, ResourceExt};
+use temporalio_client::Connection as TemporalConnection;
+use twc_api::{ClusterConnection, Connection, ConnectionKind, ConnectionSpec, WorkerDeployment};
+
+use crate::error::{Error, Result};
+use crate::temporal::pool::{ClientPool, PoolKey, SecretVersion};
+pub use index::{ConnKey, UsageIndex};
+
+/// The connection a WorkerDeployment resolved to.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Resolved {
+    pub key: ConnKey,
+    pub spec: ConnectionSpec,
+}
+
+/// The caches connections are resolved from.
+#[derive(Clone)]
+pub struct ConnectionStores {
+    pub connections: Store<Connection>,
+    /// `None` when the controller may not read ClusterConnections (namespace-scoped install).
+    pub cluster_connections: Option<Store<ClusterConnection>>,
+}
+
+/// Resolves `wd`'s `connectionRef`. A ClusterConnection is looked up without a namespace; a
+/// Connection only in the WorkerDeployment's namespace.
+pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resolved> {
+    let ns = wd.namespace().unwrap_or_default();
+    let key = ConnKey::of(wd).ok_or_else(|| {
+        Error::InvalidSpec(
+            "spec.workerOptions.connectionRef: set either name, or objectRef with kind Connection or ClusterConnection".into(),
+        )
+    })?;
+    let spec = match key.kind {
+        ConnectionKind::Connection => stores
+            .connections
+            .get(&ObjectRef::new(&key.name).within(&ns))
+            .map(|c| c.spec.clone())
+            .ok_or_else(|| {
+                Error::ConnectionNotFound(format!(
+                    "Connection {ns}/{} not found (connectionRef of WorkerDeployment {ns}/{})",
+                    key.name,
+                    wd.name_any()
+                ))
+            })?,
+        ConnectionKind::ClusterConnection => {
+            let store = stores.cluster_connections.as_ref().ok_or_else(|| {
+                Error::ConnectionNotFound(format!(
+                    "ClusterConnection {} cannot be used: this controller is namespace-scoped and not allowed to read ClusterConnections; reference a Connection in namespace {ns} instead",
+                    key.name
+                ))
+            })?;
+            store
+                .get(&ObjectRef::new(&key.name))
+                .map(|c| c.spec.clone())
+                .ok_or_else(|| {
+                    Error::ConnectionNotFound(format!(
+                        "ClusterConnection {} not found (connectionRef of WorkerDeployment {ns}/{})",
+                        key.name,
+                        wd.name_any()
+                    ))
+                })?
+        }
+    };
+    Ok(Resolved { key, spec })
+}
+
+/// Names of the Secrets a connection spec needs: (credential Secret, CA Secret).
+pub fn secret_names(spec: &ConnectionSpec) -> Vec<String> {
+    let mut names: Vec<String> = spec.secret_name().map(str::to_string).into_iter().collect();
+    if let Some(ca) = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
+    {
+        names.push(ca.name.clone());
+    }
+    names
+}
+
+/// A Temporal client for `wd` through `resolved`, from the pool or freshly dialled. Secrets
+/// are read from `namespace` (the WorkerDeployment's) and nowhere else. `secret_meta` (a
+/// metadata-only watch cache of Secrets) supplies resourceVersions for the pool key, so a
+/// reconcile with a pooled client reads no Secret at all.
+pub async fn temporal_client(
+    kube: &Client,
+    pool: &ClientPool,
+    secret_meta: &Store<PartialObjectMeta<Secret>>,
+    resolved: &Resolved,
+    namespace: &str,
+    temporal_namespace: &str,
+) -> Result<(TemporalConnection, PoolKey)> {
+    let spec = &resolved.spec;
+    let cached_version = |name: &str| {
+        secret_meta
+            .get(&ObjectRef::new(name).within(namespace))
+            .map(|m| SecretVersion {
+                namespace: namespace.to_string(),
+                name: name.to_string(),
+                resource_version: m.resource_version().unwrap_or_default(),
+            })
+    };
+    let names = secret_names(spec);
+    let mut key = PoolKey {
+        host_port: spec.host_port.clone(),
+        tls_server_name: spec.tls_server_name().map(str::to_string),
+        temporal_namespace: temporal_namespace.to_string(),
+        auth_mode: spec.auth_mode(),
+        secrets: names.iter().filter_map(|n| cached_version(n)).collect(),
+    };
+    let now = SystemTime::now();
+    if key.secrets.len() == names.len()
+        && let Some(conn) = pool.get(&key, now)
+    {
+        return Ok((conn, key));
+    }
+    // Pool miss: read the Secrets themselves.
+    let secrets: Api<Secret> = Api::namespaced(kube.clone(), namespace);
+    let credential = match spec.secret_name() {
+        Some(name) => secrets.get_opt(name).await?,
+        None => None,
+    };
+    let ca = match spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
+    {
+        Some(r) => secrets.get_opt(&r.name).await?,
+        None => None,
+    };
+    let auth = auth::auth_from_secrets(spec, namespace, credential.as_ref(), ca.as_ref(), now)
+        .map_err(Error::AuthSecretInvalid)?;
+    key.secrets = [credential.as_ref(), ca.as_ref()]
+        .into_iter()
+        .flatten()
+        .map(|s| SecretVersion {
+            namespace: namespace.to_string(),
+            name: s.name_any(),
+            resource_version: s.resource_version().unwrap_or_default(),
+        })
+        .collect();
+    if let Some(conn) = pool.get(&key, now) {
+        return Ok((conn, key));
+    }
+    let conn = pool
+        .dial(key.clone(), &auth)
+        .await
+        .map_err(Error::TemporalClientCreationFailed)?;
+    Ok((conn, key))
+}

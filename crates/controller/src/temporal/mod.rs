@@ -1,0 +1,280 @@
+//! The Temporal side: the client pool and the worker-deployment RPCs the controller uses,
+//! mapped into plain values the planner reads.
+
+pub mod pool;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, SystemTime};
+
+use temporalio_client::{Connection, tonic};
+use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion as PbVersion;
+use temporalio_common::protos::temporal::api::enums::v1::{
+    VersionDrainageStatus, WorkerDeploymentVersionStatus,
+};
+use temporalio_common::protos::temporal::api::workflowservice::v1::{
+    DeleteWorkerDeploymentRequest, DeleteWorkerDeploymentVersionRequest,
+    DescribeWorkerDeploymentRequest, SetWorkerDeploymentCurrentVersionRequest,
+    SetWorkerDeploymentManagerRequest, SetWorkerDeploymentRampingVersionRequest,
+    set_worker_deployment_manager_request::NewManagerIdentity,
+};
+use twc_api::VersionStatus;
+
+pub use tonic::{Code, Status};
+
+/// One version as Temporal reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct VersionInfo {
+    pub status: VersionStatus,
+    /// When the drainage status last changed (the "drained since" time once Drained).
+    pub drainage_changed_at: Option<SystemTime>,
+    /// The last time this version was current (rollback detection).
+    pub last_current_at: Option<SystemTime>,
+}
+
+/// A worker deployment's state in Temporal. `exists == false` means no worker ever polled.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct DeploymentState {
+    pub exists: bool,
+    pub conflict_token: Vec<u8>,
+    pub current_build_id: Option<String>,
+    pub ramping_build_id: Option<String>,
+    pub ramp_percentage: f32,
+    pub ramping_since: Option<SystemTime>,
+    /// When the ramp percentage last changed: Progressive pauses count from here, so they
+    /// survive controller restarts.
+    pub ramp_changed_at: Option<SystemTime>,
+    pub manager_identity: String,
+    pub last_modifier_identity: String,
+    pub versions: BTreeMap<String, VersionInfo>,
+}
+
+fn time(ts: &Option<prost_wkt_types::Timestamp>) -> Option<SystemTime> {
+    let ts = ts.as_ref()?;
+    if ts.seconds <= 0 {
+        return None;
+    }
+    Some(SystemTime::UNIX_EPOCH + Duration::new(ts.seconds as u64, ts.nanos.max(0) as u32))
+}
+
+/// `DescribeWorkerDeployment`; `NotFound` becomes an empty state.
+pub async fn describe(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+) -> Result<DeploymentState, Status> {
+    let mut svc = conn.workflow_service();
+    let resp = match svc
+        .describe_worker_deployment(tonic::Request::new(DescribeWorkerDeploymentRequest {
+            namespace: namespace.to_string(),
+            deployment_name: deployment.to_string(),
+        }))
+        .await
+    {
+        Ok(r) => r.into_inner(),
+        Err(s) if s.code() == Code::NotFound && !s.message().contains("namespace") => {
+            return Ok(DeploymentState::default());
+        }
+        Err(s) => return Err(s),
+    };
+    let info = resp.worker_deployment_info.unwrap_or_default();
+    let routing = info.routing_config.unwrap_or_default();
+    let current = routing
+        .current_deployment_version
+        .as_ref()
+        .map(|v| v.build_id.clone());
+    let ramping = routing
+        .ramping_deployment_version
+        .as_ref()
+        .map(|v| v.build_id.clone());
+    let mut versions = BTreeMap::new();
+    for v in &info.version_summaries {
+        let Some(build_id) = v.deployment_version.as_ref().map(|d| d.build_id.clone()) else {
+            continue;
+        };
+        let drainage = v
+            .drainage_info
+            .as_ref()
+            .map(|d| d.status())
+            .unwrap_or(VersionDrainageStatus::Unspecified);
+        let status = if current.as_deref() == Some(build_id.as_str()) {
+            VersionStatus::Current
+        } else if ramping.as_deref() == Some(build_id.as_str()) {
+            VersionStatus::Ramping
+        } else {
+            match (v.status(), drainage) {
+                (WorkerDeploymentVersionStatus::Drained, _)
+                | (_, VersionDrainageStatus::Drained) => VersionStatus::Drained,
+                (WorkerDeploymentVersionStatus::Draining, _)
+                | (_, VersionDrainageStatus::Draining) => VersionStatus::Draining,
+                // Demoted moments ago, drainage not computed yet: it may have pinned workflows,
+                // so treat it as Draining, never as an idle Inactive version (TWC #573).
+                _ if v.last_current_time.is_some() || v.ramping_since_time.is_some() => {
+                    VersionStatus::Draining
+                }
+                _ => VersionStatus::Inactive,
+            }
+        };
+        versions.insert(
+            build_id,
+            VersionInfo {
+                status,
+                drainage_changed_at: v
+                    .drainage_info
+                    .as_ref()
+                    .and_then(|d| time(&d.last_changed_time)),
+                last_current_at: time(&v.last_current_time),
+            },
+        );
+    }
+    Ok(DeploymentState {
+        exists: true,
+        conflict_token: resp.conflict_token,
+        current_build_id: current,
+        ramping_build_id: ramping,
+        ramp_percentage: routing.ramping_version_percentage,
+        ramping_since: time(&routing.ramping_version_changed_time),
+        ramp_changed_at: time(&routing.ramping_version_percentage_changed_time),
+        manager_identity: info.manager_identity,
+        last_modifier_identity: info.last_modifier_identity,
+        versions,
+    })
+}
+
+/// `SetWorkerDeploymentManager(self)`; returns the new conflict token.
+pub async fn claim_manager(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    token: Vec<u8>,
+    identity: &str,
+) -> Result<Vec<u8>, Status> {
+    let mut svc = conn.workflow_service();
+    Ok(svc
+        .set_worker_deployment_manager(tonic::Request::new(SetWorkerDeploymentManagerRequest {
+            namespace: namespace.to_string(),
+            deployment_name: deployment.to_string(),
+            new_manager_identity: Some(NewManagerIdentity::Self_(true)),
+            conflict_token: token,
+            identity: identity.to_string(),
+        }))
+        .await?
+        .into_inner()
+        .conflict_token)
+}
+
+/// `SetWorkerDeploymentCurrentVersion`; `build_id` "" means unversioned.
+pub async fn set_current(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    build_id: &str,
+    token: Vec<u8>,
+    identity: &str,
+    ignore_missing_task_queues: bool,
+) -> Result<Vec<u8>, Status> {
+    let mut svc = conn.workflow_service();
+    Ok(svc
+        .set_worker_deployment_current_version(tonic::Request::new(
+            SetWorkerDeploymentCurrentVersionRequest {
+                namespace: namespace.to_string(),
+                deployment_name: deployment.to_string(),
+                build_id: build_id.to_string(),
+                conflict_token: token,
+                identity: identity.to_string(),
+                ignore_missing_task_queues,
+                ..Default::default()
+            },
+        ))
+        .await?
+        .into_inner()
+        .conflict_token)
+}
+
+/// `SetWorkerDeploymentRampingVersion`; `build_id` "" with 0 clears the ramp.
+pub async fn set_ramping(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    build_id: &str,
+    percentage: f32,
+    token: Vec<u8>,
+    identity: &str,
+) -> Result<Vec<u8>, Status> {
+    let mut svc = conn.workflow_service();
+    Ok(svc
+        .set_worker_deployment_ramping_version(tonic::Request::new(
+            SetWorkerDeploymentRampingVersionRequest {
+                namespace: namespace.to_string(),
+                deployment_name: deployment.to_string(),
+                build_id: build_id.to_string(),
+                percentage,
+                conflict_token: token,
+                identity: identity.to_string(),
+                ..Default::default()
+            },
+        ))
+        .await?
+        .into_inner()
+        .conflict_token)
+}
+
+/// `DeleteWorkerDeploymentVersion`; deleting a missing version succeeds.
+pub async fn delete_version(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    build_id: &str,
+    skip_drainage: bool,
+    identity: &str,
+) -> Result<(), Status> {
+    let mut svc = conn.workflow_service();
+    match svc
+        .delete_worker_deployment_version(tonic::Request::new(
+            DeleteWorkerDeploymentVersionRequest {
+                namespace: namespace.to_string(),
+                deployment_version: Some(PbVersion {
+                    deployment_name: deployment.to_string(),
+                    build_id: build_id.to_string(),
+                }),
+                skip_drainage,
+                identity: identity.to_string(),
+                ..Default::default()
+            },
+        ))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == Code::NotFound => Ok(()),
+        Err(s) => Err(s),
+    }
+}
+
+/// `DeleteWorkerDeployment`; deleting a missing deployment succeeds.
+pub async fn delete_deployment(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    identity: &str,
+) -> Result<(), Status> {
+    let mut svc = conn.workflow_service();
+    match svc
+        .delete_worker_deployment(tonic::Request::new(DeleteWorkerDeploymentRequest {
+            namespace: namespace.to_string(),
+            deployment_name: deployment.to_string(),
+            identity: identity.to_string(),
+        }))
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == Code::NotFound => Ok(()),
+        Err(s) => Err(s),
+    }
+}
+
+/// Errors after which a pooled client must be dropped and re-dialled.
+pub fn is_connection_error(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unauthenticated | Code::PermissionDenied | Code::Unavailable
+    )
+}

@@ -1,0 +1,175 @@
+//! A pool of Temporal connections, keyed by everything that makes two clients different:
+//! address, TLS server name, Temporal namespace, auth mode, and the namespace, name and
+//! resourceVersion of every Secret the credentials came from. Two tenants behind one
+//! ClusterConnection therefore never share a client, and a changed Secret gets a new one.
+
+use std::collections::HashMap;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use temporalio_client::{
+    ClientTlsOptions, Connection, ConnectionOptions, RetryOptions, TlsOptions, Url,
+};
+use twc_api::AuthMode;
+
+use crate::connections::auth::{Auth, Credentials};
+
+/// A Secret version that went into a client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SecretVersion {
+    pub namespace: String,
+    pub name: String,
+    pub resource_version: String,
+}
+
+/// What identifies a client.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct PoolKey {
+    pub host_port: String,
+    pub tls_server_name: Option<String>,
+    pub temporal_namespace: String,
+    pub auth_mode: AuthMode,
+    /// The credential Secret and the CA Secret, if any.
+    pub secrets: Vec<SecretVersion>,
+}
+
+struct Entry {
+    connection: Connection,
+    redial_at: Option<SystemTime>,
+}
+
+/// The pool. Cheap to clone.
+#[derive(Clone)]
+pub struct ClientPool {
+    identity: String,
+    entries: Arc<Mutex<HashMap<PoolKey, Entry>>>,
+}
+
+impl ClientPool {
+    pub fn new(identity: impl Into<String>) -> Self {
+        Self {
+            identity: identity.into(),
+            entries: Default::default(),
+        }
+    }
+
+    /// The identity every client (and every write) uses.
+    pub fn identity(&self) -> &str {
+        &self.identity
+    }
+
+    /// Number of live clients.
+    pub fn len(&self) -> usize {
+        self.entries.lock().map(|e| e.len()).unwrap_or_default()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The keys of live clients (for tests and diagnostics).
+    pub fn keys(&self) -> Vec<PoolKey> {
+        self.entries
+            .lock()
+            .map(|e| e.keys().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// The cached connection for `key`, if any and not due for a re-dial.
+    pub fn get(&self, key: &PoolKey, now: SystemTime) -> Option<Connection> {
+        let mut entries = self.entries.lock().ok()?;
+        match entries.get(key) {
+            Some(e) if e.redial_at.is_none_or(|t| now < t) => Some(e.connection.clone()),
+            Some(_) => {
+                entries.remove(key);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Dials a new connection for `key` with `auth` and caches it. Older clients for the same
+    /// address, namespace and Secret names (a previous Secret version) are dropped.
+    pub async fn dial(&self, key: PoolKey, auth: &Auth) -> Result<Connection, String> {
+        let connection = dial(&key, auth, &self.identity).await?;
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|k, _| !same_client_older_secret(k, &key));
+            entries.insert(
+                key,
+                Entry {
+                    connection: connection.clone(),
+                    redial_at: auth.redial_at(),
+                },
+            );
+        }
+        Ok(connection)
+    }
+
+    /// Drops the client for `key` (after an authentication or transport error).
+    pub fn evict(&self, key: &PoolKey) {
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.remove(key);
+        }
+    }
+}
+
+fn same_client_older_secret(old: &PoolKey, new: &PoolKey) -> bool {
+    old != new
+        && old.host_port == new.host_port
+        && old.temporal_namespace == new.temporal_namespace
+        && old.secrets.len() == new.secrets.len()
+        && old
+            .secrets
+            .iter()
+            .zip(&new.secrets)
+            .all(|(a, b)| a.namespace == b.namespace && a.name == b.name)
+}
+
+async fn dial(key: &PoolKey, auth: &Auth, identity: &str) -> Result<Connection, String> {
+    let client_tls = match &auth.credentials {
+        Credentials::MutualTls {
+            cert_pem, key_pem, ..
+        } => Some(
+            ClientTlsOptions::builder()
+                .client_cert(cert_pem.clone())
+                .client_private_key(key_pem.clone())
+                .build(),
+        ),
+        _ => None,
+    };
+    let api_key = match &auth.credentials {
+        Credentials::ApiKey(k) => Some(k.clone()),
+        _ => None,
+    };
+    let use_tls = client_tls.is_some()
+        || api_key.is_some()
+        || key.tls_server_name.is_some()
+        || auth.ca_pem.is_some();
+    let tls = use_tls.then(|| {
+        TlsOptions::builder()
+            .maybe_domain(key.tls_server_name.clone())
+            .maybe_server_root_ca_cert(auth.ca_pem.clone())
+            .maybe_client_tls_options(client_tls)
+            .build()
+    });
+    let scheme = if use_tls { "https" } else { "http" };
+    let url = Url::from_str(&format!("{scheme}://{}", key.host_port))
+        .map_err(|e| format!("invalid hostPort {:?}: {e}", key.host_port))?;
+    // Fail fast: a reconcile must not hang on an unreachable server; it retries later.
+    let retry = RetryOptions::builder()
+        .max_retries(2)
+        .max_elapsed_time(Some(Duration::from_secs(5)))
+        .build();
+    Connection::connect(
+        ConnectionOptions::new(url)
+            .identity(identity.to_string())
+            .maybe_tls_options(tls)
+            .maybe_api_key(api_key)
+            .connect_timeout(Duration::from_secs(5))
+            .retry_options(retry)
+            .build(),
+    )
+    .await
+    .map_err(|e| format!("cannot connect to Temporal at {}: {e}", key.host_port))
+}

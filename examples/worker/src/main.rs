@@ -1,0 +1,171 @@
+//! An example Temporal worker for the controller's versioned Deployments.
+//!
+//! It reads what the controller injects into every worker container:
+//! `TEMPORAL_ADDRESS`, `TEMPORAL_NAMESPACE`, `TEMPORAL_DEPLOYMENT_NAME`,
+//! `TEMPORAL_WORKER_BUILD_ID`, and for TLS `TEMPORAL_TLS`, `TEMPORAL_TLS_SERVER_NAME`,
+//! `TEMPORAL_TLS_CLIENT_CERT_PATH`, `TEMPORAL_TLS_CLIENT_KEY_PATH`,
+//! `TEMPORAL_TLS_SERVER_CA_CERT_PATH`, or `TEMPORAL_API_KEY`. The task queue is
+//! `TEMPORAL_TASK_QUEUE`, or else the WorkerDeployment's name (the part of the deployment name
+//! after `/`).
+//!
+//! It polls with worker versioning on and Pinned as the default behaviour, and offers:
+//! * `Succeed` - completes at once (a passing gate);
+//! * `Fail` - fails at once (a failing gate);
+//! * `Sleep(seconds)` - waits, then completes (keeps a version Draining while it runs).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use anyhow::Context;
+use temporalio_client::{
+    Client, ClientOptions, ClientTlsOptions, Connection, ConnectionOptions, TlsOptions, Url,
+};
+use temporalio_common::worker::{
+    VersioningBehavior, WorkerDeploymentOptions, WorkerDeploymentVersion,
+};
+use temporalio_macros::{workflow, workflow_methods};
+use temporalio_sdk::{
+    ApplicationFailure, Runtime, Worker, WorkerOptions, WorkflowContext, WorkflowResult,
+};
+
+#[workflow]
+#[derive(Default)]
+pub struct Succeed;
+
+#[workflow_methods]
+impl Succeed {
+    #[run]
+    pub async fn run(_ctx: &mut WorkflowContext<Self>) -> WorkflowResult<String> {
+        Ok("ok".to_string())
+    }
+}
+
+#[workflow]
+#[derive(Default)]
+pub struct Fail;
+
+#[workflow_methods]
+impl Fail {
+    #[run]
+    pub async fn run(_ctx: &mut WorkflowContext<Self>) -> WorkflowResult<String> {
+        Err(ApplicationFailure::new("this gate always fails").into())
+    }
+}
+
+#[workflow]
+#[derive(Default)]
+pub struct Sleep;
+
+#[workflow_methods]
+impl Sleep {
+    #[run]
+    pub async fn run(ctx: &mut WorkflowContext<Self>, seconds: u64) -> WorkflowResult<String> {
+        ctx.timer(Duration::from_secs(seconds)).await;
+        Ok(format!("slept {seconds}s"))
+    }
+}
+
+fn env(key: &str) -> anyhow::Result<String> {
+    std::env::var(key).with_context(|| format!("{key} is not set"))
+}
+
+fn read(path_var: &str) -> anyhow::Result<Option<Vec<u8>>> {
+    match std::env::var(path_var) {
+        Ok(path) => Ok(Some(
+            std::fs::read(&path).with_context(|| format!("{path_var}={path}"))?,
+        )),
+        Err(_) => Ok(None),
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let address = env("TEMPORAL_ADDRESS")?;
+    let namespace = env("TEMPORAL_NAMESPACE")?;
+    let deployment = env("TEMPORAL_DEPLOYMENT_NAME")?;
+    let build_id = env("TEMPORAL_WORKER_BUILD_ID")?;
+    let task_queue = std::env::var("TEMPORAL_TASK_QUEUE").unwrap_or_else(|_| {
+        deployment
+            .rsplit('/')
+            .next()
+            .unwrap_or(&deployment)
+            .to_string()
+    });
+
+    let api_key = std::env::var("TEMPORAL_API_KEY").ok();
+    let cert = read("TEMPORAL_TLS_CLIENT_CERT_PATH")?;
+    let key = read("TEMPORAL_TLS_CLIENT_KEY_PATH")?;
+    let ca = read("TEMPORAL_TLS_SERVER_CA_CERT_PATH")?;
+    let use_tls = std::env::var("TEMPORAL_TLS").is_ok_and(|v| v == "true")
+        || api_key.is_some()
+        || cert.is_some();
+    let tls = use_tls.then(|| {
+        let client_tls = match (cert, key) {
+            (Some(c), Some(k)) => Some(
+                ClientTlsOptions::builder()
+                    .client_cert(c)
+                    .client_private_key(k)
+                    .build(),
+            ),
+            _ => None,
+        };
+        TlsOptions::builder()
+            .maybe_domain(std::env::var("TEMPORAL_TLS_SERVER_NAME").ok())
+            .maybe_server_root_ca_cert(ca)
+            .maybe_client_tls_options(client_tls)
+            .build()
+    });
+    let scheme = if use_tls { "https" } else { "http" };
+    let url = Url::from_str(&format!("{scheme}://{address}"))?;
+    let connection = Connection::connect(
+        ConnectionOptions::new(url)
+            .identity(format!(
+                "twc-example-worker@{}",
+                std::env::var("HOSTNAME").unwrap_or_default()
+            ))
+            .maybe_tls_options(tls)
+            .maybe_api_key(api_key)
+            .build(),
+    )
+    .await
+    .with_context(|| format!("connecting to {address}"))?;
+    let client = Client::new(connection, ClientOptions::new(namespace.clone()).build())?;
+
+    let runtime = Runtime::from_current_tokio(Default::default())?;
+    let options = WorkerOptions::new(task_queue.clone())
+        .deployment_options(
+            WorkerDeploymentOptions::new(
+                WorkerDeploymentVersion::builder()
+                    .deployment_name(deployment.clone())
+                    .build_id(build_id.clone())
+                    .build(),
+            )
+            .use_worker_versioning(true)
+            .default_versioning_behavior(VersioningBehavior::Pinned)
+            .build(),
+        )
+        .register_workflow::<Succeed>()?
+        .register_workflow::<Fail>()?
+        .register_workflow::<Sleep>()?
+        .build();
+    let mut worker = Worker::new(&runtime, client, options)?;
+    println!(
+        "polling task queue {task_queue} in {namespace} as {deployment}:{build_id} at {address}"
+    );
+    tokio::select! {
+        result = worker.run() => result?,
+        _ = shutdown_signal() => println!("shutting down"),
+    }
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(_) => return std::future::pending().await,
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
