@@ -1,0 +1,414 @@
+//! The versioned Deployment of one build ID: the user's pod template plus what the worker
+//! needs to reach Temporal as that version, exactly the variables and mounts TWC injects.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    EnvVar, EnvVarSource, PodTemplateSpec, SecretKeySelector, SecretVolumeSource, Volume,
+    VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
+use kube::{Resource, ResourceExt};
+use sha2::{Digest, Sha256};
+use twc_api::{AuthMode, ConnectionSpec, WorkerDeployment, labels};
+
+use super::build_id::{deployment_name, template_digest, temporal_deployment_name};
+
+/// Where the mTLS Secret is mounted in worker containers.
+pub const TLS_MOUNT: &str = "/etc/temporal/tls";
+/// Where a `tls.caCertSecretRef` Secret is mounted.
+pub const CA_MOUNT: &str = "/etc/temporal/ca";
+const TLS_VOLUME: &str = "temporal-tls";
+const CA_VOLUME: &str = "temporal-ca";
+
+/// Hash of the connection settings that reach the pods (address, server name, Secret names).
+/// A change rolls the versioned Deployments. Identical specs hash the same whatever the kind,
+/// so moving from a Connection to an equal ClusterConnection restarts nothing.
+pub fn connection_hash(spec: &ConnectionSpec) -> String {
+    if spec.host_port.is_empty() {
+        return String::new();
+    }
+    let mut h = Sha256::new();
+    h.update(spec.host_port.as_bytes());
+    h.update(spec.tls_server_name().unwrap_or_default().as_bytes());
+    h.update(spec.secret_name().unwrap_or_default().as_bytes());
+    if let Some(ca) = spec
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
+    {
+        h.update(b"\0ca\0");
+        h.update(ca.name.as_bytes());
+    }
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Label values are at most 63 characters of `[a-zA-Z0-9-_.]`.
+fn label_value(s: &str) -> String {
+    let cleaned: String = s
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') {
+                c
+            } else {
+                '-'
+            }
+        })
+        .take(63)
+        .collect();
+    cleaned
+        .trim_matches(|c: char| !c.is_ascii_alphanumeric())
+        .to_string()
+}
+
+/// The selector labels of a version's Deployment and pods.
+pub fn selector_labels(wd_name: &str, build_id: &str) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (labels::DEPLOYMENT_NAME.to_string(), label_value(wd_name)),
+        (labels::BUILD_ID.to_string(), label_value(build_id)),
+    ])
+}
+
+fn env(name: &str, value: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value: Some(value.into()),
+        ..Default::default()
+    }
+}
+
+/// The environment variables, volumes and mounts the controller adds.
+fn injections(
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> (Vec<EnvVar>, Vec<Volume>, Vec<VolumeMount>) {
+    let ns = wd.namespace().unwrap_or_default();
+    let mut vars = vec![
+        env("TEMPORAL_ADDRESS", &conn.host_port),
+        env(
+            "TEMPORAL_NAMESPACE",
+            &wd.spec.worker_options.temporal_namespace,
+        ),
+        env(
+            "TEMPORAL_DEPLOYMENT_NAME",
+            &temporal_deployment_name(&ns, &wd.name_any()),
+        ),
+        env("TEMPORAL_WORKER_BUILD_ID", build_id),
+    ];
+    if let Some(server_name) = conn.tls_server_name() {
+        vars.push(env("TEMPORAL_TLS_SERVER_NAME", server_name));
+    }
+    let mut volumes = Vec::new();
+    let mut mounts = Vec::new();
+    let secret_volume = |name: &str, secret: &str| Volume {
+        name: name.into(),
+        secret: Some(SecretVolumeSource {
+            secret_name: Some(secret.into()),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let mount = |name: &str, path: &str| VolumeMount {
+        name: name.into(),
+        mount_path: path.into(),
+        read_only: Some(true),
+        ..Default::default()
+    };
+    match conn.auth_mode() {
+        AuthMode::MutualTls => {
+            let secret = conn.secret_name().unwrap_or_default();
+            vars.push(env("TEMPORAL_TLS", "true"));
+            vars.push(env(
+                "TEMPORAL_TLS_CLIENT_KEY_PATH",
+                &format!("{TLS_MOUNT}/tls.key"),
+            ));
+            vars.push(env(
+                "TEMPORAL_TLS_CLIENT_CERT_PATH",
+                &format!("{TLS_MOUNT}/tls.crt"),
+            ));
+            volumes.push(secret_volume(TLS_VOLUME, secret));
+            mounts.push(mount(TLS_VOLUME, TLS_MOUNT));
+        }
+        AuthMode::ApiKey => {
+            vars.push(EnvVar {
+                name: "TEMPORAL_API_KEY".into(),
+                value_from: Some(EnvVarSource {
+                    secret_key_ref: conn.api_key_secret_ref.clone().map(|r| SecretKeySelector {
+                        name: r.name,
+                        key: r.key,
+                        optional: None,
+                    }),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            });
+        }
+        AuthMode::None => {}
+    }
+    if let Some(ca) = conn
+        .tls
+        .as_ref()
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
+    {
+        if conn.auth_mode() == AuthMode::None {
+            vars.push(env("TEMPORAL_TLS", "true"));
+        }
+        vars.push(env(
+            "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+            &format!("{CA_MOUNT}/ca.crt"),
+        ));
+        volumes.push(secret_volume(CA_VOLUME, &ca.name));
+        mounts.push(mount(CA_VOLUME, CA_MOUNT));
+    }
+    (vars, volumes, mounts)
+}
+
+/// The pod template of a version: the user's template with the injections, labels and hash
+/// annotations.
+pub fn pod_template(
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> PodTemplateSpec {
+    let mut template = wd.spec.template.clone();
+    let (vars, volumes, mounts) = injections(wd, build_id, conn);
+    let meta = template.metadata.get_or_insert_with(Default::default);
+    let labels = meta.labels.get_or_insert_with(Default::default);
+    labels.extend(selector_labels(&wd.name_any(), build_id));
+    let annotations = meta.annotations.get_or_insert_with(Default::default);
+    annotations.insert(labels::CONNECTION_SPEC_HASH.into(), connection_hash(conn));
+    annotations.insert(
+        labels::POD_TEMPLATE_SPEC_HASH.into(),
+        template_digest(&wd.spec.template),
+    );
+    if let Some(spec) = template.spec.as_mut() {
+        for c in spec.containers.iter_mut() {
+            c.env
+                .get_or_insert_with(Vec::new)
+                .extend(vars.iter().cloned());
+            if !mounts.is_empty() {
+                c.volume_mounts
+                    .get_or_insert_with(Vec::new)
+                    .extend(mounts.iter().cloned());
+            }
+        }
+        if !volumes.is_empty() {
+            spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
+        }
+    }
+    template
+}
+
+/// The full versioned Deployment for server-side apply.
+pub fn versioned_deployment(
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> Deployment {
+    let name = deployment_name(&wd.name_any(), build_id);
+    let selector = selector_labels(&wd.name_any(), build_id);
+    let owner = wd.controller_owner_ref(&()).map(|mut o: OwnerReference| {
+        o.block_owner_deletion = Some(true);
+        o
+    });
+    let annotations = wd
+        .spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone());
+    Deployment {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: wd.namespace(),
+            labels: Some(selector.clone()),
+            annotations,
+            owner_references: owner.map(|o| vec![o]),
+            ..Default::default()
+        },
+        spec: Some(DeploymentSpec {
+            replicas: wd.spec.replicas,
+            min_ready_seconds: Some(wd.spec.min_ready_seconds),
+            selector: LabelSelector {
+                match_labels: Some(selector),
+                ..Default::default()
+            },
+            template: pod_template(wd, build_id, conn),
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+/// The same Deployment with replicas set (for scaling through the same field manager).
+pub fn with_replicas(mut d: Deployment, replicas: i32) -> Deployment {
+    if let Some(spec) = d.spec.as_mut() {
+        spec.replicas = Some(replicas);
+    }
+    d
+}
+
+/// A build ID's Deployment can be addressed by these.
+pub fn is_owned_by(d: &Deployment, wd: &WorkerDeployment) -> bool {
+    let uid = wd.meta().uid.clone();
+    d.owner_references()
+        .iter()
+        .any(|o| o.controller == Some(true) && Some(&o.uid) == uid.as_ref())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use twc_api::{ConnectionTls, SecretReference};
+
+    fn wd() -> WorkerDeployment {
+        let mut wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "hello", "namespace": "team-a", "uid": "u-1"},
+            "spec": {
+                "replicas": 2,
+                "template": {"metadata": {"labels": {"app": "hello"}},
+                             "spec": {"containers": [{"name": "worker", "image": "w:v1",
+                                 "env": [{"name": "USER_VAR", "value": "x"}]}]}},
+                "rollout": {"strategy": "AllAtOnce"},
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "orders"}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        wd.metadata.uid = Some("u-1".into());
+        wd
+    }
+
+    fn env_of(d: &Deployment) -> BTreeMap<String, EnvVar> {
+        d.spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .map(|s| {
+                s.containers[0]
+                    .env
+                    .clone()
+                    .unwrap_or_default()
+                    .into_iter()
+                    .map(|e| (e.name.clone(), e))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn injects_what_twc_injects_for_mtls() {
+        let conn = ConnectionSpec {
+            host_port: "t.example.com:7233".into(),
+            tls: Some(ConnectionTls {
+                server_name: Some("t.example.com".into()),
+                ca_cert_secret_ref: None,
+            }),
+            mutual_tls_secret_ref: Some(SecretReference {
+                name: "mtls".into(),
+            }),
+            api_key_secret_ref: None,
+        };
+        let d = versioned_deployment(&wd(), "v1-d975", &conn);
+        assert_eq!(d.metadata.name.as_deref(), Some("hello-v1-d975"));
+        let env = env_of(&d);
+        let value = |k: &str| env.get(k).and_then(|e| e.value.clone()).unwrap_or_default();
+        assert_eq!(value("USER_VAR"), "x");
+        assert_eq!(value("TEMPORAL_ADDRESS"), "t.example.com:7233");
+        assert_eq!(value("TEMPORAL_NAMESPACE"), "orders");
+        assert_eq!(value("TEMPORAL_DEPLOYMENT_NAME"), "team-a/hello");
+        assert_eq!(value("TEMPORAL_WORKER_BUILD_ID"), "v1-d975");
+        assert_eq!(value("TEMPORAL_TLS_SERVER_NAME"), "t.example.com");
+        assert_eq!(value("TEMPORAL_TLS"), "true");
+        assert_eq!(
+            value("TEMPORAL_TLS_CLIENT_CERT_PATH"),
+            "/etc/temporal/tls/tls.crt"
+        );
+        assert_eq!(
+            value("TEMPORAL_TLS_CLIENT_KEY_PATH"),
+            "/etc/temporal/tls/tls.key"
+        );
+        let pod = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .unwrap_or_default();
+        let volume = pod.volumes.unwrap_or_default();
+        assert_eq!(volume.len(), 1);
+        // The Secret volume names only a Secret; a pod can only mount its own namespace's.
+        assert_eq!(
+            volume[0]
+                .secret
+                .as_ref()
+                .and_then(|s| s.secret_name.as_deref()),
+            Some("mtls")
+        );
+        let labels = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.clone())
+            .and_then(|m| m.labels)
+            .unwrap_or_default();
+        assert_eq!(labels.get("app").map(String::as_str), Some("hello"));
+        assert_eq!(
+            labels.get("temporal.io/build-id").map(String::as_str),
+            Some("v1-d975")
+        );
+        assert_eq!(
+            labels
+                .get("temporal.io/deployment-name")
+                .map(String::as_str),
+            Some("hello")
+        );
+        let owner = &d.metadata.owner_references.unwrap_or_default()[0];
+        assert_eq!(
+            (owner.controller, owner.block_owner_deletion),
+            (Some(true), Some(true))
+        );
+        assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
+    }
+
+    #[test]
+    fn injects_the_api_key_by_reference_only() {
+        let conn = ConnectionSpec {
+            host_port: "t:7233".into(),
+            api_key_secret_ref: Some(SecretKeySelector {
+                name: "key".into(),
+                key: "api-key".into(),
+                optional: None,
+            }),
+            ..Default::default()
+        };
+        let d = versioned_deployment(&wd(), "b", &conn);
+        let env = env_of(&d);
+        let api_key = env.get("TEMPORAL_API_KEY").cloned().unwrap_or_default();
+        assert_eq!(
+            api_key.value, None,
+            "the key itself must never be in the pod spec"
+        );
+        let selector = api_key
+            .value_from
+            .and_then(|v| v.secret_key_ref)
+            .unwrap_or_default();
+        assert_eq!(
+            (selector.name.as_str(), selector.key.as_str()),
+            ("key", "api-key")
+        );
+    }
+
+    #[test]
+    fn equal_connection_specs_hash_equal_whatever_their_kind() {
+        let a = ConnectionSpec {
+            host_port: "t:7233".into(),
+            ..Default::default()
+        };
+        assert_eq!(connection_hash(&a), connection_hash(&a.clone()));
+        let b = ConnectionSpec {
+            host_port: "u:7233".into(),
+            ..Default::default()
+        };
+        assert_ne!(connection_hash(&a), connection_hash(&b));
+    }
+}

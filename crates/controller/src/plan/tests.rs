@@ -1,0 +1,319 @@
+//! Table-driven tests of the planner, with `now` injected.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use twc_api::{ConnectionSpec, VersionStatus, WorkerDeployment};
+
+use super::*;
+use crate::temporal::{DeploymentState, VersionInfo};
+
+const ME: &str = "twc/me";
+
+fn t(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
+}
+
+fn wd(strategy: &str, image: &str) -> WorkerDeployment {
+    let mut rollout = json!({"strategy": strategy});
+    if strategy == "Progressive" {
+        rollout["steps"] = json!([
+            {"rampPercentage": 10, "pauseDuration": "1m"},
+            {"rampPercentage": 50, "pauseDuration": "5m"}
+        ]);
+    }
+    let mut wd: WorkerDeployment = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": "w", "namespace": "ns", "uid": "uid-1"},
+        "spec": {
+            "template": {"spec": {"containers": [{"name": "worker", "image": image}]}},
+            "rollout": rollout,
+            "sunset": {"scaledownDelay": "1h", "deleteDelay": "24h"},
+            "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "default"}
+        }
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    wd.metadata.uid = Some("uid-1".into());
+    wd
+}
+
+fn conn() -> ConnectionSpec {
+    ConnectionSpec {
+        host_port: "127.0.0.1:7233".into(),
+        ..Default::default()
+    }
+}
+
+fn target_of(wd: &WorkerDeployment) -> String {
+    build_id::build_id(&wd.spec.template, None)
+}
+
+/// A healthy, up-to-date Deployment for `build`.
+fn deployment(wd: &WorkerDeployment, build: &str, replicas: Option<i32>) -> ObservedDeployment {
+    ObservedDeployment {
+        name: build_id::deployment_name("w", build),
+        build_id: build.into(),
+        spec_replicas: replicas,
+        replicas: replicas.unwrap_or(1),
+        available_since: Some(t(0)),
+        connection_hash: Some(deployment::connection_hash(&conn())),
+        template_digest: Some(build_id::template_digest(&wd.spec.template)),
+    }
+}
+
+fn version(status: VersionStatus) -> VersionInfo {
+    VersionInfo {
+        status,
+        ..Default::default()
+    }
+}
+
+fn observed(now: SystemTime) -> Observed {
+    Observed {
+        now: Some(now),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_new_template_creates_its_deployment_and_waits_for_pollers() {
+    let wd = wd("AllAtOnce", "w:v1");
+    let p = plan(&wd, &conn(), ME, &observed(t(0)));
+    assert_eq!(p.apply.len(), 1);
+    assert_eq!(
+        p.apply[0].metadata.name.as_deref(),
+        Some(build_id::deployment_name("w", &p.target_build_id).as_str())
+    );
+    assert_eq!(p.routing, None, "no pollers yet: never route");
+    assert!(p.moving);
+}
+
+#[test]
+fn all_at_once_promotes_a_registered_healthy_target() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal = DeploymentState {
+        exists: true,
+        current_build_id: Some("old".into()),
+        ..Default::default()
+    };
+    o.temporal
+        .versions
+        .insert("old".into(), version(VersionStatus::Current));
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Inactive));
+    let p = plan(&wd, &conn(), ME, &o);
+    assert!(p.apply.is_empty(), "up to date: no write");
+    assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
+    assert!(p.claim_manager, "the manager identity is free: claim it");
+
+    // Not healthy yet: wait.
+    o.deployments
+        .get_mut(&target)
+        .map(|d| d.available_since = None);
+    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+}
+
+#[test]
+fn manual_never_routes() {
+    let wd = wd("Manual", "w:v2");
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal
+        .versions
+        .insert(target, version(VersionStatus::Inactive));
+    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+}
+
+#[test]
+fn a_foreign_manager_blocks_routing_with_a_reason() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some("old".into());
+    o.temporal.manager_identity = "some-other-cli-user".into();
+    o.temporal
+        .versions
+        .insert(target, version(VersionStatus::Inactive));
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(p.routing, None);
+    assert!(
+        p.blocked
+            .unwrap_or_default()
+            .contains("some-other-cli-user")
+    );
+    assert!(!p.claim_manager, "never steal the manager identity");
+}
+
+#[test]
+fn progressive_walks_the_steps_using_temporals_ramp_time() {
+    let wd = wd("Progressive", "w:v2");
+    let target = target_of(&wd);
+    let mut o = observed(t(1000));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some("old".into());
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Inactive));
+    let cases: Vec<(Option<f32>, u64, Option<Routing>)> = vec![
+        // (current ramp of the target, seconds since it changed, expected)
+        (None, 0, Some(Routing::SetRamp(target.clone(), 10.0))),
+        (Some(10.0), 30, None),
+        (Some(10.0), 61, Some(Routing::SetRamp(target.clone(), 50.0))),
+        (Some(50.0), 200, None),
+        (Some(50.0), 301, Some(Routing::SetCurrent(target.clone()))),
+        // Someone changed the ramp by hand to a value between steps: back to the step.
+        (Some(30.0), 1, Some(Routing::SetRamp(target.clone(), 10.0))),
+    ];
+    for (ramp, ago, expected) in cases {
+        match ramp {
+            Some(r) => {
+                o.temporal.ramping_build_id = Some(target.clone());
+                o.temporal.ramp_percentage = r;
+                o.temporal.ramp_changed_at = Some(t(1000 - ago));
+            }
+            None => {
+                o.temporal.ramping_build_id = None;
+                o.temporal.ramp_percentage = 0.0;
+            }
+        }
+        assert_eq!(
+            plan(&wd, &conn(), ME, &o).routing,
+            expected,
+            "ramp {ramp:?}, {ago}s ago"
+        );
+    }
+}
+
+#[test]
+fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
+    let wd = wd("Progressive", "w:v1");
+    let target = target_of(&wd);
+    let mut o = observed(t(10_000));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Inactive));
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+    // A rollback to a version that was current 10 minutes ago skips the steps.
+    o.temporal.current_build_id = Some("newer".into());
+    o.temporal.versions.insert(
+        target.clone(),
+        VersionInfo {
+            status: VersionStatus::Drained,
+            last_current_at: Some(t(10_000 - 600)),
+            ..Default::default()
+        },
+    );
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+    // Two hours ago is no rollback: ramp.
+    o.temporal
+        .versions
+        .get_mut(&target)
+        .map(|v| v.last_current_at = Some(t(10_000 - 7200)));
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetRamp(target, 10.0))
+    );
+}
+
+#[test]
+fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_draining_ones() {
+    let wd = wd("AllAtOnce", "w:v3");
+    let target = target_of(&wd);
+    let mut o = observed(t(100_000));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some(target.clone());
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Current));
+    let drained = |ago: u64| VersionInfo {
+        status: VersionStatus::Drained,
+        drainage_changed_at: Some(t(100_000 - ago)),
+        ..Default::default()
+    };
+    for (build, info, replicas) in [
+        ("draining", version(VersionStatus::Draining), Some(2)),
+        ("drained-recent", drained(600), Some(2)),
+        ("drained-old", drained(2 * 3600), Some(2)),
+        ("drained-ancient", drained(26 * 3600), Some(0)),
+        ("inactive", version(VersionStatus::Inactive), Some(2)),
+    ] {
+        o.temporal.versions.insert(build.into(), info);
+        o.deployments
+            .insert(build.into(), deployment(&wd, build, replicas));
+    }
+    o.deployments.insert(
+        "gone-from-temporal".into(),
+        deployment(&wd, "gone-from-temporal", Some(1)),
+    );
+    let p = plan(&wd, &conn(), ME, &o);
+    let name = |b: &str| build_id::deployment_name("w", b);
+    let mut scaled = p.scale.clone();
+    scaled.sort();
+    assert_eq!(
+        scaled,
+        vec![(name("drained-old"), 0), (name("inactive"), 0)]
+    );
+    let mut deleted = p.delete_deployments.clone();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        vec![name("drained-ancient"), name("gone-from-temporal")]
+    );
+    assert_eq!(p.delete_versions, vec!["drained-ancient".to_string()]);
+    assert!(!p.scale.iter().any(|(n, _)| *n == name("draining")));
+}
+
+#[test]
+fn replicas_follow_the_spec_for_active_versions_only() {
+    let mut wd = wd("AllAtOnce", "w:v1");
+    wd.spec.replicas = Some(3);
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, Some(1)));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some(target.clone());
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Current));
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(p.scale, vec![(build_id::deployment_name("w", &target), 3)]);
+    // Without spec.replicas an autoscaler owns them: no scaling.
+    wd.spec.replicas = None;
+    assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
+}
+
+#[test]
+fn a_connection_change_re_applies_the_target() {
+    let wd = wd("AllAtOnce", "w:v1");
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    let mut d = deployment(&wd, &target, None);
+    d.connection_hash = Some("stale".into());
+    o.deployments.insert(target, d);
+    assert_eq!(plan(&wd, &conn(), ME, &o).apply.len(), 1);
+}
