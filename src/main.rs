@@ -1,9 +1,12 @@
-//! `twc`: the controller binary. Subcommands grow with the controller.
+//! `twc`: the controller binary.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{Parser, Subcommand, ValueEnum};
+use k8s_openapi::api::core::v1::Namespace;
+use kube::{Api, Client};
 
 #[derive(Parser)]
 #[command(name = "twc", version, about = "Temporal Worker Controller (Rust)")]
@@ -12,8 +15,36 @@ struct Cli {
     command: Command,
 }
 
+#[derive(Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
 #[derive(Subcommand)]
 enum Command {
+    /// Run the controller (kubeconfig from KUBECONFIG / ~/.kube/config, or in-cluster).
+    Run {
+        /// Watch only these namespaces (comma-separated); default: all.
+        #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',')]
+        watch_namespaces: Vec<String>,
+        /// Identity on Temporal writes and the manager identity the controller claims.
+        /// Default: `temporal-worker-controller/<uid of the kube-system namespace>`, stable
+        /// for a cluster and distinct between clusters.
+        #[arg(long, env = "CONTROLLER_IDENTITY")]
+        identity: Option<String>,
+        /// Poll interval while a rollout moves, in seconds.
+        #[arg(long, env = "TWC_FAST_POLL_SECONDS", default_value_t = 2)]
+        fast_poll_seconds: u64,
+        /// Poll interval when nothing moves, in seconds.
+        #[arg(long, env = "TWC_STEADY_POLL_SECONDS", default_value_t = 60)]
+        steady_poll_seconds: u64,
+        #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+        log_format: LogFormat,
+        /// Log filter, e.g. `info` or `twc_controller=debug,info`.
+        #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+        log_level: String,
+    },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crd {
         /// Write `temporal.io_<plural>.yaml` files here instead of printing.
@@ -25,6 +56,77 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd { dir } => crd(dir),
+        Command::Run {
+            watch_namespaces,
+            identity,
+            fast_poll_seconds,
+            steady_poll_seconds,
+            log_format,
+            log_level,
+        } => {
+            init_logging(log_format, &log_level);
+            let runtime = tokio::runtime::Runtime::new()?;
+            runtime.block_on(async move {
+                let client = Client::try_default()
+                    .await
+                    .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+                let identity = match identity {
+                    Some(i) => i,
+                    None => default_identity(&client).await?,
+                };
+                tracing::info!(identity, ?watch_namespaces, "starting");
+                let config = twc_controller::Config {
+                    identity,
+                    watch_namespaces,
+                    intervals: twc_controller::reconcile::Intervals {
+                        moving: Duration::from_secs(fast_poll_seconds.max(1)),
+                        steady: Duration::from_secs(steady_poll_seconds.max(1)),
+                    },
+                    ..Default::default()
+                };
+                twc_controller::run(client, config, shutdown_signal()).await;
+                tracing::info!("stopped");
+                Ok(())
+            })
+        }
+    }
+}
+
+async fn default_identity(client: &Client) -> anyhow::Result<String> {
+    let ns = Api::<Namespace>::all(client.clone())
+        .get("kube-system")
+        .await
+        .context(
+            "reading the kube-system namespace for the default identity (or pass --identity)",
+        )?;
+    Ok(format!(
+        "temporal-worker-controller/{}",
+        ns.metadata.uid.unwrap_or_default()
+    ))
+}
+
+fn init_logging(format: LogFormat, level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = term => {}
+        _ = tokio::signal::ctrl_c() => {}
     }
 }
 

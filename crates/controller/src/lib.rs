@@ -2,6 +2,12 @@
 //! client pool, and the WorkerDeployment pipeline (observe -> plan -> execute -> status).
 
 pub mod connections;
+pub mod controller;
 pub mod error;
 pub mod plan;
+pub mod reconcile;
+pub mod scoped;
+pub mod status;
 pub mod temporal;
+
+pub use controller::{Config, run};

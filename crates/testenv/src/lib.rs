@@ -22,6 +22,7 @@ pub mod pki;
 pub mod pod_runner;
 pub mod process;
 pub mod temporal;
+pub mod tls_proxy;
 pub mod wait;
 
 use std::path::{Path, PathBuf};

@@ -72,3 +72,27 @@ pub fn log_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
     target.join("testenv").join(std::process::id().to_string())
 }
+
+/// A binary of this workspace (`target/debug/<name>`), built with `cargo build -p <package>`
+/// on first use if it is missing, so integration tests can run it as a pod's program.
+pub fn workspace_binary(package: &str, name: &str) -> Result<PathBuf, crate::Error> {
+    use std::sync::Mutex;
+    static BUILD: Mutex<()> = Mutex::new(());
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"));
+    let path = target.join("debug").join(name);
+    let _guard = BUILD.lock();
+    if !path.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = std::process::Command::new(cargo)
+            .args(["build", "-q", "-p", package, "--bin", name])
+            .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+            .status()
+            .map_err(|e| crate::Error::Other(format!("cannot run cargo to build {name}: {e}")))?;
+        if !status.success() {
+            return Err(crate::Error::Other(format!("building {name} failed")));
+        }
+    }
+    Ok(path)
+}

@@ -62,15 +62,27 @@ pub type WdKey = (String, String);
 struct Inner {
     users: HashMap<ConnKey, BTreeSet<WdKey>>,
     uses: HashMap<WdKey, ConnKey>,
-    /// Entries collected during a (re)list, swapped in when it completes.
-    relist: Option<HashMap<WdKey, ConnKey>>,
-    ready: bool,
+    /// Per watch scope, entries collected during a (re)list, swapped in when it completes.
+    relist: HashMap<Option<String>, HashMap<WdKey, ConnKey>>,
+    /// Scopes whose first list has completed.
+    listed: BTreeSet<Option<String>>,
+    /// How many scopes must have listed before the index is ready.
+    scopes: usize,
 }
 
 /// The usage index. Cheap to clone; all clones share one index.
-#[derive(Clone, Default)]
+///
+/// It is fed by one or more watches ("scopes"): all namespaces (`None`), or one namespace each
+/// in namespace-scoped mode.
+#[derive(Clone)]
 pub struct UsageIndex {
     inner: Arc<RwLock<Inner>>,
+}
+
+impl Default for UsageIndex {
+    fn default() -> Self {
+        Self::new(1)
+    }
 }
 
 /// The connection `wd` holds, if any.
@@ -109,9 +121,29 @@ impl Inner {
 }
 
 impl UsageIndex {
+    /// An index fed by `scopes` watches.
+    pub fn new(scopes: usize) -> Self {
+        Self {
+            inner: Arc::new(RwLock::new(Inner {
+                scopes: scopes.max(1),
+                ..Default::default()
+            })),
+        }
+    }
+
+    /// Applies a watch event of the all-namespaces watch.
+    pub fn apply(&self, event: &Event<WorkerDeployment>) -> Vec<ConnKey> {
+        self.apply_scoped(None, event)
+    }
+
     /// Applies a watch event. Returns the connections whose usage may have changed (old and new
     /// reference), so their finalizers can be recomputed.
-    pub fn apply(&self, event: &Event<WorkerDeployment>) -> Vec<ConnKey> {
+    pub fn apply_scoped(
+        &self,
+        scope: Option<&str>,
+        event: &Event<WorkerDeployment>,
+    ) -> Vec<ConnKey> {
+        let scope = scope.map(str::to_string);
         let Ok(mut inner) = self.inner.write() else {
             return Vec::new();
         };
@@ -127,25 +159,30 @@ impl UsageIndex {
                 touched.extend(inner.set(key(wd), None));
                 touched.extend(ConnKey::of(wd));
             }
-            Event::Init => inner.relist = Some(HashMap::new()),
+            Event::Init => {
+                inner.relist.insert(scope, HashMap::new());
+            }
             Event::InitApply(wd) => {
-                if let Some(relist) = inner.relist.as_mut()
+                if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {
                     relist.insert(key(wd), conn);
                 }
             }
             Event::InitDone => {
-                let fresh = inner.relist.take().unwrap_or_default();
-                // Everything known before or after the relist may have changed.
-                touched.extend(inner.users.keys().cloned());
-                touched.extend(fresh.values().cloned());
-                inner.users.clear();
-                inner.uses.clear();
+                let fresh = inner.relist.remove(&scope).unwrap_or_default();
+                let in_scope = |(ns, _): &WdKey| scope.as_ref().is_none_or(|s| s == ns);
+                let stale: Vec<WdKey> =
+                    inner.uses.keys().filter(|k| in_scope(k)).cloned().collect();
+                // Everything known in this scope before or after the relist may have changed.
+                for wd in stale {
+                    touched.extend(inner.set(wd, None));
+                }
                 for (wd, conn) in fresh {
+                    touched.push(conn.clone());
                     inner.set(wd, Some(conn));
                 }
-                inner.ready = true;
+                inner.listed.insert(scope);
             }
         }
         touched.sort();
@@ -156,7 +193,10 @@ impl UsageIndex {
     /// True once the first full list of WorkerDeployments has been seen. Before that, "no
     /// users" means "not known yet", so no finalizer may be removed.
     pub fn is_ready(&self) -> bool {
-        self.inner.read().map(|i| i.ready).unwrap_or(false)
+        self.inner
+            .read()
+            .map(|i| i.listed.len() >= i.scopes)
+            .unwrap_or(false)
     }
 
     /// The WorkerDeployments using `conn`.

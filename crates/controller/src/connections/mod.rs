@@ -16,6 +16,7 @@ use temporalio_client::Connection as TemporalConnection;
 use twc_api::{ClusterConnection, Connection, ConnectionKind, ConnectionSpec, WorkerDeployment};
 
 use crate::error::{Error, Result};
+use crate::scoped::Scoped;
 use crate::temporal::pool::{ClientPool, PoolKey, SecretVersion};
 pub use index::{ConnKey, UsageIndex};
 
@@ -29,7 +30,7 @@ pub struct Resolved {
 /// The caches connections are resolved from.
 #[derive(Clone)]
 pub struct ConnectionStores {
-    pub connections: Store<Connection>,
+    pub connections: Scoped<Connection>,
     /// `None` when the controller may not read ClusterConnections (namespace-scoped install).
     pub cluster_connections: Option<Store<ClusterConnection>>,
 }
@@ -46,7 +47,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
     let spec = match key.kind {
         ConnectionKind::Connection => stores
             .connections
-            .get(&ObjectRef::new(&key.name).within(&ns))
+            .get(&ns, &key.name)
             .map(|c| c.spec.clone())
             .ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
@@ -97,20 +98,18 @@ pub fn secret_names(spec: &ConnectionSpec) -> Vec<String> {
 pub async fn temporal_client(
     kube: &Client,
     pool: &ClientPool,
-    secret_meta: &Store<PartialObjectMeta<Secret>>,
+    secret_meta: &Scoped<PartialObjectMeta<Secret>>,
     resolved: &Resolved,
     namespace: &str,
     temporal_namespace: &str,
 ) -> Result<(TemporalConnection, PoolKey)> {
     let spec = &resolved.spec;
     let cached_version = |name: &str| {
-        secret_meta
-            .get(&ObjectRef::new(name).within(namespace))
-            .map(|m| SecretVersion {
-                namespace: namespace.to_string(),
-                name: name.to_string(),
-                resource_version: m.resource_version().unwrap_or_default(),
-            })
+        secret_meta.get(namespace, name).map(|m| SecretVersion {
+            namespace: namespace.to_string(),
+            name: name.to_string(),
+            resource_version: m.resource_version().unwrap_or_default(),
+        })
     };
     let names = secret_names(spec);
     let mut key = PoolKey {

@@ -112,9 +112,9 @@ fn all_at_once_promotes_a_registered_healthy_target() {
     assert!(p.claim_manager, "the manager identity is free: claim it");
 
     // Not healthy yet: wait.
-    o.deployments
-        .get_mut(&target)
-        .map(|d| d.available_since = None);
+    if let Some(d) = o.deployments.get_mut(&target) {
+        d.available_since = None;
+    }
     assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
 }
 
@@ -227,10 +227,9 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
         Some(Routing::SetCurrent(target.clone()))
     );
     // Two hours ago is no rollback: ramp.
-    o.temporal
-        .versions
-        .get_mut(&target)
-        .map(|v| v.last_current_at = Some(t(10_000 - 7200)));
+    if let Some(v) = o.temporal.versions.get_mut(&target) {
+        v.last_current_at = Some(t(10_000 - 7200));
+    }
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetRamp(target, 10.0))

@@ -1,0 +1,404 @@
+//! Wiring: watches, caches, triggers and the three reconcilers (WorkerDeployment, Connection
+//! finalizer, ClusterConnection finalizer).
+//!
+//! Every kind is watched once per scope (all namespaces, or each `--watch-namespaces` entry).
+//! Events of Connections, ClusterConnections and Secrets are mapped to the WorkerDeployments
+//! that use them through the usage index (no list call per event); events of
+//! WorkerDeployments are mapped to the connections whose finalizer may change.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PartialObjectMeta, PostParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{self, Controller};
+use kube::runtime::events::{Recorder, Reporter};
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, Event};
+use kube::{Client, Resource, ResourceExt};
+use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
+
+use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
+use crate::reconcile::{self, Intervals};
+use crate::scoped::Scoped;
+use crate::temporal::pool::ClientPool;
+
+/// How the controller runs.
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Identity on every Temporal write and as the manager identity it claims; stable across
+    /// restarts and replicas of one installation, distinct between installations.
+    pub identity: String,
+    /// Watch only these namespaces (empty: all).
+    pub watch_namespaces: Vec<String>,
+    pub intervals: Intervals,
+    /// Reporter of Kubernetes Events.
+    pub reporter: String,
+    /// Reconciles of one kind that may run at once.
+    pub concurrency: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            identity: "temporal-worker-controller".into(),
+            watch_namespaces: Vec::new(),
+            intervals: Intervals::default(),
+            reporter: "temporal-worker-controller".into(),
+            concurrency: 32,
+        }
+    }
+}
+
+/// Shared pieces a caller may want to look at (tests, metrics).
+#[derive(Clone)]
+pub struct Handle {
+    pub pool: ClientPool,
+    pub index: UsageIndex,
+    /// Whether ClusterConnections are watched (allowed by RBAC).
+    pub cluster_connections: bool,
+}
+
+type Scope = Option<String>;
+
+fn api<K>(client: &Client, scope: &Scope) -> Api<K>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    match scope {
+        None => Api::all(client.clone()),
+        Some(ns) => Api::namespaced(client.clone(), ns),
+    }
+}
+
+fn scope_of(scopes: &[Scope], namespace: &str) -> Option<Scope> {
+    scopes
+        .iter()
+        .find(|s| s.as_deref().is_none_or(|s| s == namespace))
+        .cloned()
+}
+
+/// Asks the apiserver whether this identity may `verb` ClusterConnections.
+pub async fn may(client: &Client, verb: &str, resource: &str) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(twc_api::GROUP.into()),
+                resource: Some(resource.into()),
+                verb: Some(verb.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .ok()
+        .and_then(|r| r.status)
+        .is_some_and(|s| s.allowed)
+}
+
+/// Prepares the controller; `run` it to start. Returns the handle for inspection.
+pub async fn prepare(
+    client: Client,
+    config: Config,
+) -> (Handle, impl Future<Output = ()> + Send + 'static) {
+    let scopes: Vec<Scope> = if config.watch_namespaces.is_empty() {
+        vec![None]
+    } else {
+        config.watch_namespaces.iter().cloned().map(Some).collect()
+    };
+    let mut cluster_allowed = true;
+    for verb in ["list", "watch", "patch"] {
+        cluster_allowed &= may(&client, verb, "clusterconnections").await;
+    }
+    if !cluster_allowed {
+        tracing::warn!(
+            "not allowed to list, watch and patch ClusterConnections: they are not watched, and WorkerDeployments referencing one report ConnectionNotFound"
+        );
+    }
+    let index = UsageIndex::new(scopes.len());
+    let pool = ClientPool::new(config.identity.clone());
+    let handle = Handle {
+        pool: pool.clone(),
+        index: index.clone(),
+        cluster_connections: cluster_allowed,
+    };
+    let fut = run_controllers(client, config, scopes, index, pool, cluster_allowed);
+    (handle, fut)
+}
+
+/// Runs the controller until `shutdown` resolves.
+pub async fn run(client: Client, config: Config, shutdown: impl Future<Output = ()> + Send) {
+    let (_, fut) = prepare(client, config).await;
+    tokio::select! {
+        _ = fut => {}
+        _ = shutdown => {}
+    }
+}
+
+struct Senders {
+    wd: HashMap<Scope, UnboundedSender<ObjectRef<WorkerDeployment>>>,
+    connection: HashMap<Scope, UnboundedSender<ObjectRef<Connection>>>,
+    cluster: UnboundedSender<ObjectRef<ClusterConnection>>,
+    scopes: Vec<Scope>,
+}
+
+impl Senders {
+    fn workers(&self, users: impl IntoIterator<Item = (String, String)>) {
+        for (ns, name) in users {
+            if let Some(tx) = scope_of(&self.scopes, &ns).and_then(|s| self.wd.get(&s)) {
+                let _ = tx.send(ObjectRef::new(&name).within(&ns));
+            }
+        }
+    }
+
+    fn connection(&self, key: &ConnKey) {
+        match (&key.kind, &key.namespace) {
+            (ConnectionKind::ClusterConnection, _) => {
+                let _ = self.cluster.send(ObjectRef::new(&key.name));
+            }
+            (ConnectionKind::Connection, Some(ns)) => {
+                if let Some(tx) = scope_of(&self.scopes, ns).and_then(|s| self.connection.get(&s)) {
+                    let _ = tx.send(ObjectRef::new(&key.name).within(ns));
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+fn objects<K: Clone>(event: &Event<K>) -> Vec<K> {
+    match event {
+        Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => vec![o.clone()],
+        _ => Vec::new(),
+    }
+}
+
+async fn run_controllers(
+    client: Client,
+    config: Config,
+    scopes: Vec<Scope>,
+    index: UsageIndex,
+    pool: ClientPool,
+    cluster_allowed: bool,
+) {
+    let mut wd_rx = HashMap::new();
+    let mut conn_rx = HashMap::new();
+    let mut wd_tx = HashMap::new();
+    let mut conn_tx = HashMap::new();
+    for scope in &scopes {
+        let (tx, rx) = unbounded_channel();
+        wd_tx.insert(scope.clone(), tx);
+        wd_rx.insert(scope.clone(), rx);
+        let (tx, rx) = unbounded_channel();
+        conn_tx.insert(scope.clone(), tx);
+        conn_rx.insert(scope.clone(), rx);
+    }
+    let (cc_tx, cc_rx) = unbounded_channel();
+    let senders = Arc::new(Senders {
+        wd: wd_tx,
+        connection: conn_tx,
+        cluster: cc_tx,
+        scopes: scopes.clone(),
+    });
+
+    // Caches first: the trigger mappers read them.
+    let mut conn_stores = Vec::new();
+    let mut conn_writers = Vec::new();
+    let mut dep_stores = Vec::new();
+    let mut dep_writers = Vec::new();
+    let mut sec_stores = Vec::new();
+    let mut sec_writers = Vec::new();
+    for scope in &scopes {
+        let (r, w) = reflector::store();
+        conn_stores.push((scope.clone(), r));
+        conn_writers.push(w);
+        let (r, w) = reflector::store();
+        dep_stores.push((scope.clone(), r));
+        dep_writers.push(w);
+        let (r, w) = reflector::store();
+        sec_stores.push((scope.clone(), r));
+        sec_writers.push(w);
+    }
+    let (cc_reader, cc_writer) = reflector::store::<ClusterConnection>();
+    let stores = ConnectionStores {
+        connections: Scoped::new(conn_stores.clone()),
+        cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
+    };
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: config.reporter.clone(),
+            instance: None,
+        },
+    );
+    let ctx = Arc::new(reconcile::Context {
+        client: client.clone(),
+        pool,
+        stores: stores.clone(),
+        deployments: Scoped::new(dep_stores.clone()),
+        secret_meta: Scoped::new(sec_stores.clone()),
+        recorder,
+        intervals: config.intervals,
+    });
+    let fin_ctx = Arc::new(finalizer::Context {
+        client: client.clone(),
+        index: index.clone(),
+    });
+    let ctrl_config = controller::Config::default().concurrency(config.concurrency);
+    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
+
+    for (i, scope) in scopes.iter().enumerate() {
+        // Secrets (metadata only): a change re-queues the WorkerDeployments whose connection
+        // names that Secret in that namespace.
+        let (s, idx, st) = (senders.clone(), index.clone(), stores.clone());
+        let secrets = watcher::watcher(
+            api::<PartialObjectMeta<Secret>>(&client, scope),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(sec_writers.remove(0))
+        .inspect_ok(move |ev| {
+            for secret in objects(ev) {
+                let ns = secret.namespace().unwrap_or_default();
+                let name = secret.name_any();
+                let users = idx.users_in_namespace(&ns).into_iter().filter(|(_, conn)| {
+                    let spec = match conn.kind {
+                        ConnectionKind::Connection => {
+                            st.connections.get(&ns, &conn.name).map(|c| c.spec.clone())
+                        }
+                        ConnectionKind::ClusterConnection => st
+                            .cluster_connections
+                            .as_ref()
+                            .and_then(|c| c.get(&ObjectRef::new(&conn.name)))
+                            .map(|c| c.spec.clone()),
+                    };
+                    spec.is_some_and(|spec| connections::secret_names(&spec).contains(&name))
+                });
+                s.workers(users.map(|(wd, _)| wd));
+            }
+        });
+        tasks.push(Box::pin(secrets.for_each(|_| async {})));
+
+        // Connections: feed the cache, re-queue their users, and drive their finalizer.
+        let (s, idx) = (senders.clone(), index.clone());
+        let connections = watcher::watcher(
+            api::<Connection>(&client, scope),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(conn_writers.remove(0))
+        .inspect_ok(move |ev| {
+            for c in objects(ev) {
+                let key = ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
+                s.workers(idx.users(&key));
+            }
+        })
+        .touched_objects();
+        let conn_reader = conn_stores[i].1.clone();
+        let rx = conn_rx.remove(scope).map(UnboundedReceiverStream::new);
+        let mut conn_controller =
+            Controller::for_stream(connections, conn_reader).with_config(ctrl_config.clone());
+        if let Some(rx) = rx {
+            conn_controller = conn_controller.reconcile_on(rx);
+        }
+        tasks.push(Box::pin(
+            conn_controller
+                .run(
+                    finalizer::reconcile_connection,
+                    |_, e, _| {
+                        tracing::warn!("connection finalizer: {e}");
+                        controller::Action::requeue(std::time::Duration::from_secs(2))
+                    },
+                    fin_ctx.clone(),
+                )
+                .for_each(|_| async {}),
+        ));
+
+        // Versioned Deployments (only ours, by label).
+        let deployments = watcher::watcher(
+            api::<Deployment>(&client, scope),
+            watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
+        )
+        .default_backoff()
+        .reflect(dep_writers.remove(0))
+        .touched_objects();
+
+        // WorkerDeployments: the index sees every event first.
+        let (s, idx, sc) = (senders.clone(), index.clone(), scope.clone());
+        let (wd_reader, wd_writer) = reflector::store();
+        let wds = watcher::watcher(
+            api::<WorkerDeployment>(&client, scope),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .inspect_ok(move |ev| {
+            for key in idx.apply_scoped(sc.as_deref(), ev) {
+                s.connection(&key);
+            }
+        })
+        .reflect(wd_writer)
+        .touched_objects();
+        let mut wd_controller = Controller::for_stream(wds, wd_reader)
+            .owns_stream(deployments)
+            .with_config(ctrl_config.clone());
+        if let Some(rx) = wd_rx.remove(scope) {
+            wd_controller = wd_controller.reconcile_on(UnboundedReceiverStream::new(rx));
+        }
+        tasks.push(Box::pin(
+            wd_controller
+                .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+                .for_each(|r| async move {
+                    if let Err(e) = r {
+                        tracing::debug!("WorkerDeployment controller: {e}");
+                    }
+                }),
+        ));
+    }
+
+    if cluster_allowed {
+        let (s, idx) = (senders.clone(), index.clone());
+        let ccs = watcher::watcher(
+            Api::<ClusterConnection>::all(client.clone()),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(cc_writer)
+        .inspect_ok(move |ev| {
+            for c in objects(ev) {
+                s.workers(idx.users(&ConnKey::cluster(&c.name_any())));
+            }
+        })
+        .touched_objects();
+        tasks.push(Box::pin(
+            Controller::for_stream(ccs, cc_reader)
+                .with_config(ctrl_config)
+                .reconcile_on(UnboundedReceiverStream::new(cc_rx))
+                .run(
+                    finalizer::reconcile_cluster_connection,
+                    |_, e, _| {
+                        tracing::warn!("cluster connection finalizer: {e}");
+                        controller::Action::requeue(std::time::Duration::from_secs(2))
+                    },
+                    fin_ctx,
+                )
+                .for_each(|_| async {}),
+        ));
+    }
+    futures::future::join_all(tasks).await;
+}

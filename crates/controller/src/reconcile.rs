@@ -1,0 +1,639 @@
+//! The WorkerDeployment reconciler: observe -> plan -> execute -> status (written once, on
+//! failure paths too), and the deletion cleanup behind the finalizer.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PartialObjectMeta, Patch, PatchParams, PropagationPolicy};
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use twc_api::conditions::{PROGRESSING, READY};
+use twc_api::{API_VERSION, FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
+
+use crate::connections::{self, ConnKey, ConnectionStores};
+use crate::error::{Error, Result};
+use crate::plan::{self, Observed, Plan, Routing, build_id};
+use crate::scoped::Scoped;
+use crate::status;
+use crate::temporal::{self, Code, DeploymentState, pool::ClientPool};
+
+/// The field manager of every write.
+pub const MANAGER: &str = "temporal-worker-controller";
+
+/// How often Temporal is polled: fast while a rollout moves, slowly when steady.
+#[derive(Clone, Copy, Debug)]
+pub struct Intervals {
+    pub moving: Duration,
+    pub steady: Duration,
+}
+
+impl Default for Intervals {
+    fn default() -> Self {
+        Self {
+            moving: Duration::from_secs(2),
+            steady: Duration::from_secs(60),
+        }
+    }
+}
+
+/// What the WorkerDeployment reconciler needs.
+pub struct Context {
+    pub client: Client,
+    pub pool: ClientPool,
+    pub stores: ConnectionStores,
+    pub deployments: Scoped<Deployment>,
+    pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
+    pub recorder: Recorder,
+    pub intervals: Intervals,
+}
+
+impl Context {
+    fn identity(&self) -> &str {
+        self.pool.identity()
+    }
+
+    async fn event(&self, wd: &WorkerDeployment, type_: EventType, reason: &str, note: String) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &wd.object_ref(&())).await {
+            tracing::debug!("cannot publish event: {e}");
+        }
+    }
+}
+
+struct Outcome {
+    status: WorkerDeploymentStatus,
+    plan: Plan,
+}
+
+/// Reconciles one WorkerDeployment.
+pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    if wd.metadata.deletion_timestamp.is_some() {
+        return cleanup(&wd, &ctx).await;
+    }
+    if !wd.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = wd.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        patch_finalizers(&ctx.client, &wd, finalizers).await?;
+        // The update event brings us back with the finalizer in place.
+        return Ok(Action::await_change());
+    }
+
+    let mut resolved_key: Option<ConnKey> = None;
+    let result = pipeline(&wd, &ctx, &mut resolved_key).await;
+    let now = SystemTime::now();
+    let generation = wd.metadata.generation;
+    let previous = wd.status.clone().unwrap_or_default();
+    let (mut new_status, action) = match &result {
+        Ok(outcome) => {
+            let mut s = outcome.status.clone();
+            s.conditions = previous.conditions.clone();
+            let target = s.target_version.clone().unwrap_or_default();
+            for (type_, st, why, msg) in
+                status::rollout_conditions(&target, outcome.plan.blocked.as_deref())
+            {
+                status::set_condition(&mut s.conditions, type_, st, why, &msg, generation, now);
+            }
+            let after = if outcome.plan.moving {
+                ctx.intervals.moving
+            } else {
+                ctx.intervals.steady
+            };
+            (s, Action::requeue(after))
+        }
+        Err(e) => {
+            let mut s = previous.clone();
+            for type_ in [READY, PROGRESSING] {
+                status::set_condition(
+                    &mut s.conditions,
+                    type_,
+                    "False",
+                    e.reason(),
+                    &e.to_string(),
+                    generation,
+                    now,
+                );
+            }
+            let after = if e.waits_for_user() {
+                ctx.intervals.steady
+            } else {
+                ctx.intervals.moving * 5
+            };
+            (s, Action::requeue(after))
+        }
+    };
+    new_status.observed_generation = generation;
+    new_status.observed_connection_ref = match &resolved_key {
+        Some(k) => Some(status::observed_ref(k)),
+        None => previous.observed_connection_ref.clone(),
+    };
+    if let Err(e) = &result {
+        let already = previous
+            .conditions
+            .iter()
+            .any(|c| c.type_ == READY && c.reason == e.reason() && c.message == e.to_string());
+        if !already {
+            ctx.event(&wd, EventType::Warning, e.reason(), e.to_string())
+                .await;
+        }
+        tracing::warn!(
+            namespace = wd.namespace().unwrap_or_default(),
+            name = wd.name_any(),
+            reason = e.reason(),
+            "{e}"
+        );
+    }
+    write_status(&ctx.client, &wd, &previous, new_status).await?;
+    Ok(action)
+}
+
+async fn pipeline(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    resolved_key: &mut Option<ConnKey>,
+) -> Result<Outcome> {
+    let ns = wd.namespace().unwrap_or_default();
+    let problems = wd.spec.validate();
+    if !problems.is_empty() {
+        let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+        return Err(Error::InvalidSpec(text.join("; ")));
+    }
+    let resolved = connections::resolve(wd, &ctx.stores)?;
+    *resolved_key = Some(resolved.key.clone());
+    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
+    let (conn, pool_key) = connections::temporal_client(
+        &ctx.client,
+        &ctx.pool,
+        &ctx.secret_meta,
+        &resolved,
+        &ns,
+        &temporal_ns,
+    )
+    .await?;
+    let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
+    let state = match temporal::describe(&conn, &temporal_ns, &deployment_name).await {
+        Ok(s) => s,
+        Err(status) => {
+            if temporal::is_connection_error(&status) {
+                ctx.pool.evict(&pool_key);
+            }
+            return Err(Error::TemporalStateFetchFailed(format!(
+                "DescribeWorkerDeployment {deployment_name} in Temporal namespace {temporal_ns}: {}",
+                status.message()
+            )));
+        }
+    };
+    let mut observed = Observed {
+        now: Some(SystemTime::now()),
+        deployments: owned_deployments(wd, &ctx.deployments),
+        temporal: state,
+    };
+    let plan = plan::plan(wd, &resolved.spec, ctx.identity(), &observed);
+    execute(
+        wd,
+        ctx,
+        &conn,
+        &temporal_ns,
+        &deployment_name,
+        &plan,
+        &mut observed,
+    )
+    .await
+    .inspect_err(|e| {
+        if let Error::PlanExecutionFailed(_) = e {
+            tracing::debug!("plan execution failed: {e}");
+        }
+    })?;
+    let status = status::versions(wd, &plan.target_build_id, &observed);
+    Ok(Outcome { status, plan })
+}
+
+/// The versioned Deployments `wd` controls, by build ID, from the watch cache.
+fn owned_deployments(
+    wd: &WorkerDeployment,
+    store: &Scoped<Deployment>,
+) -> BTreeMap<String, plan::ObservedDeployment> {
+    store
+        .in_namespace(&wd.namespace().unwrap_or_default())
+        .iter()
+        .filter(|d| plan::deployment::is_owned_by(d, wd))
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+        .filter_map(|d| plan::observe_deployment(d))
+        .map(|d| (d.build_id.clone(), d))
+        .collect()
+}
+
+async fn execute(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    conn: &temporalio_client::Connection,
+    temporal_ns: &str,
+    deployment_name: &str,
+    plan: &Plan,
+    observed: &mut Observed,
+) -> Result<()> {
+    let ns = wd.namespace().unwrap_or_default();
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let apply = PatchParams::apply(MANAGER).force();
+    for d in &plan.apply {
+        let name = d.name_any();
+        let created = !observed.deployments.values().any(|o| o.name == name);
+        let mut body =
+            serde_json::to_value(d).map_err(|e| Error::PlanExecutionFailed(e.to_string()))?;
+        body["apiVersion"] = json!("apps/v1");
+        body["kind"] = json!("Deployment");
+        deployments
+            .patch(&name, &apply, &Patch::Apply(&body))
+            .await
+            .map_err(|e| {
+                Error::PlanExecutionFailed(format!("apply Deployment {ns}/{name}: {e}"))
+            })?;
+        if created {
+            ctx.event(
+                wd,
+                EventType::Normal,
+                "DeploymentCreated",
+                format!(
+                    "created Deployment {name} for buildID {}",
+                    plan.target_build_id
+                ),
+            )
+            .await;
+        }
+    }
+    for (name, replicas) in &plan.scale {
+        deployments
+            .patch_scale(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map_err(|e| {
+                Error::PlanExecutionFailed(format!("scale Deployment {ns}/{name}: {e}"))
+            })?;
+        if *replicas == 0 {
+            ctx.event(
+                wd,
+                EventType::Normal,
+                "ScaledDown",
+                format!("scaled Deployment {name} to 0"),
+            )
+            .await;
+        }
+    }
+    for name in &plan.delete_deployments {
+        match deployments.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {
+                ctx.event(
+                    wd,
+                    EventType::Normal,
+                    "DeploymentDeleted",
+                    format!("deleted Deployment {name}"),
+                )
+                .await;
+                observed.deployments.retain(|_, d| d.name != *name);
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::PlanExecutionFailed(format!(
+                    "delete Deployment {ns}/{name}: {e}"
+                )));
+            }
+        }
+    }
+    let identity = ctx.identity();
+    for build in &plan.delete_versions {
+        // Pollers linger for the server's poller TTL after the pods are gone; that and any
+        // other refusal just means "later".
+        match temporal::delete_version(conn, temporal_ns, deployment_name, build, false, identity)
+            .await
+        {
+            Ok(()) => {
+                observed.temporal.versions.remove(build);
+                ctx.event(
+                    wd,
+                    EventType::Normal,
+                    "VersionDeleted",
+                    format!("deleted version {build} from Temporal"),
+                )
+                .await;
+            }
+            Err(s) => tracing::debug!("version {build} not deleted yet: {}", s.message()),
+        }
+    }
+    if let Some(routing) = &plan.routing {
+        let mut token = observed.temporal.conflict_token.clone();
+        let fail = |what: &str, s: temporal::Status| {
+            Error::PlanExecutionFailed(format!("{what} for {deployment_name}: {}", s.message()))
+        };
+        if plan.claim_manager {
+            token = temporal::claim_manager(conn, temporal_ns, deployment_name, token, identity)
+                .await
+                .map_err(|s| fail("SetWorkerDeploymentManager", s))?;
+            observed.temporal.manager_identity = identity.to_string();
+        }
+        let state = &mut observed.temporal;
+        match routing {
+            Routing::SetCurrent(build) => {
+                temporal::set_current(
+                    conn,
+                    temporal_ns,
+                    deployment_name,
+                    build,
+                    token,
+                    identity,
+                    false,
+                )
+                .await
+                .map_err(|s| fail("SetWorkerDeploymentCurrentVersion", s))?;
+                promote_locally(state, build);
+                ctx.event(
+                    wd,
+                    EventType::Normal,
+                    "VersionPromoted",
+                    format!("buildID {build} is now current"),
+                )
+                .await;
+            }
+            Routing::SetRamp(build, pct) => {
+                temporal::set_ramping(
+                    conn,
+                    temporal_ns,
+                    deployment_name,
+                    build,
+                    *pct,
+                    token,
+                    identity,
+                )
+                .await
+                .map_err(|s| fail("SetWorkerDeploymentRampingVersion", s))?;
+                state.ramping_build_id = Some(build.clone());
+                state.ramp_percentage = *pct;
+                state.ramp_changed_at = Some(SystemTime::now());
+                if let Some(v) = state.versions.get_mut(build) {
+                    v.status = VersionStatus::Ramping;
+                }
+                ctx.event(
+                    wd,
+                    EventType::Normal,
+                    "RampChanged",
+                    format!("buildID {build} ramps at {pct}%"),
+                )
+                .await;
+            }
+            Routing::ClearRamp => {
+                temporal::set_ramping(conn, temporal_ns, deployment_name, "", 0.0, token, identity)
+                    .await
+                    .map_err(|s| fail("SetWorkerDeploymentRampingVersion", s))?;
+                state.ramping_build_id = None;
+                state.ramp_percentage = 0.0;
+            }
+        }
+        state.last_modifier_identity = identity.to_string();
+    }
+    Ok(())
+}
+
+/// Mirrors a successful SetCurrent in the observed state, so the status written now shows it.
+fn promote_locally(state: &mut DeploymentState, build: &str) {
+    if let Some(old) = state.current_build_id.replace(build.to_string())
+        && old != build
+        && let Some(v) = state.versions.get_mut(&old)
+    {
+        v.status = VersionStatus::Draining;
+        v.last_current_at = Some(SystemTime::now());
+    }
+    if state.ramping_build_id.as_deref() == Some(build) {
+        state.ramping_build_id = None;
+        state.ramp_percentage = 0.0;
+    }
+    if let Some(v) = state.versions.get_mut(build) {
+        v.status = VersionStatus::Current;
+    }
+}
+
+async fn write_status(
+    client: &Client,
+    wd: &WorkerDeployment,
+    previous: &WorkerDeploymentStatus,
+    status: WorkerDeploymentStatus,
+) -> Result<()> {
+    if *previous == status {
+        return Ok(());
+    }
+    let api: Api<WorkerDeployment> =
+        Api::namespaced(client.clone(), &wd.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": API_VERSION,
+        "kind": "WorkerDeployment",
+        "status": status,
+    });
+    match api
+        .patch_status(
+            &wd.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `finalizers` with the object's resourceVersion as a precondition.
+async fn patch_finalizers(
+    client: &Client,
+    wd: &WorkerDeployment,
+    finalizers: Vec<String>,
+) -> Result<()> {
+    let api: Api<WorkerDeployment> =
+        Api::namespaced(client.clone(), &wd.namespace().unwrap_or_default());
+    let patch = json!({"metadata": {
+        "resourceVersion": wd.resource_version(),
+        "finalizers": finalizers,
+    }});
+    match api
+        .patch(
+            &wd.name_any(),
+            &PatchParams::default(),
+            &Patch::Merge(&patch),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Deletion: route Temporal back to unversioned, stop the versioned Deployments, delete the
+/// versions and the Temporal deployment, then let the WorkerDeployment go (and with it, its
+/// hold on the connection).
+async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
+    if !wd.finalizers().iter().any(|f| f == FINALIZER) {
+        return Ok(Action::await_change());
+    }
+    let ns = wd.namespace().unwrap_or_default();
+    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
+    let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
+    let identity = ctx.identity().to_string();
+
+    let client = match connections::resolve(wd, &ctx.stores) {
+        Ok(resolved) => Some(
+            connections::temporal_client(
+                &ctx.client,
+                &ctx.pool,
+                &ctx.secret_meta,
+                &resolved,
+                &ns,
+                &temporal_ns,
+            )
+            .await?
+            .0,
+        ),
+        Err(Error::ConnectionNotFound(msg)) | Err(Error::InvalidSpec(msg)) => {
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!("{msg}; Temporal worker deployment {deployment_name} is left as it is"),
+            )
+            .await;
+            None
+        }
+        Err(e) => return Err(e),
+    };
+
+    let retry = |what: String| {
+        tracing::info!(
+            namespace = ns,
+            name = wd.name_any(),
+            "deletion waits: {what}"
+        );
+        Ok(Action::requeue(ctx.intervals.moving))
+    };
+    let mut temporal_state = None;
+    if let Some(conn) = &client {
+        let state = temporal::describe(conn, &temporal_ns, &deployment_name)
+            .await
+            .map_err(|s| Error::TemporalStateFetchFailed(s.message().to_string()))?;
+        let foreign = !state.manager_identity.is_empty() && state.manager_identity != identity;
+        if state.exists && foreign {
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!(
+                    "routing of {deployment_name} is managed by {:?}; Temporal is left as it is",
+                    state.manager_identity
+                ),
+            )
+            .await;
+        } else if state.exists {
+            let mut token = state.conflict_token.clone();
+            if state.ramping_build_id.is_some() {
+                token = temporal::set_ramping(
+                    conn,
+                    &temporal_ns,
+                    &deployment_name,
+                    "",
+                    0.0,
+                    token,
+                    &identity,
+                )
+                .await
+                .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
+            }
+            if state.current_build_id.is_some() {
+                temporal::set_current(
+                    conn,
+                    &temporal_ns,
+                    &deployment_name,
+                    "",
+                    token,
+                    &identity,
+                    true,
+                )
+                .await
+                .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
+            }
+            temporal_state = Some(state);
+        }
+    }
+
+    // Stop the workers: their pollers would block version deletion.
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    let owned: Vec<String> = ctx
+        .deployments
+        .in_namespace(&ns)
+        .iter()
+        .filter(|d| plan::deployment::is_owned_by(d, wd))
+        .map(|d| d.name_any())
+        .collect();
+    for name in &owned {
+        let dp = DeleteParams {
+            propagation_policy: Some(PropagationPolicy::Background),
+            ..Default::default()
+        };
+        match deployments.delete(name, &dp).await {
+            Ok(_) => {}
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+
+    if let (Some(conn), Some(state)) = (&client, &temporal_state) {
+        for build in state.versions.keys() {
+            if let Err(s) = temporal::delete_version(
+                conn,
+                &temporal_ns,
+                &deployment_name,
+                build,
+                true,
+                &identity,
+            )
+            .await
+            {
+                if s.code() == Code::FailedPrecondition {
+                    return retry(format!("version {build}: {}", s.message()));
+                }
+                return Err(Error::PlanExecutionFailed(s.message().to_string()));
+            }
+        }
+        if let Err(s) =
+            temporal::delete_deployment(conn, &temporal_ns, &deployment_name, &identity).await
+        {
+            if s.code() == Code::FailedPrecondition {
+                return retry(s.message().to_string());
+            }
+            return Err(Error::PlanExecutionFailed(s.message().to_string()));
+        }
+    }
+    let finalizers: Vec<String> = wd
+        .finalizers()
+        .iter()
+        .filter(|f| *f != FINALIZER)
+        .cloned()
+        .collect();
+    patch_finalizers(&ctx.client, wd, finalizers).await?;
+    Ok(Action::await_change())
+}
+
+/// The error policy: real failures back off; the status already says why.
+pub fn error_policy(_wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
+    Action::requeue(ctx.intervals.moving * 5)
+}

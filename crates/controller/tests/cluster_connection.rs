@@ -1,0 +1,408 @@
+//! ClusterConnection and the connection lifecycle, against the real apiserver, the real
+//! Temporal dev server (behind a TLS proxy demanding client certificates) and real workers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use twc_api::{ClusterConnection, Connection, WorkerDeployment};
+
+const ROLLOUT: Duration = Duration::from_secs(90);
+const QUICK: Duration = Duration::from_secs(30);
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}",
+        &twc_testenv::control_plane::random_token()[..6]
+    )
+}
+
+async fn patch_ref(client: &kube::Client, ns: &str, name: &str, r: serde_json::Value) {
+    // Replace the whole reference: a merge patch would keep the other field.
+    let patch: json_patch::Patch = serde_json::from_value(json!([
+        {"op": "replace", "path": "/spec/workerOptions/connectionRef", "value": r}
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    Api::<WorkerDeployment>::namespaced(client.clone(), ns)
+        .patch(name, &PatchParams::default(), &Patch::<()>::Json(patch))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let cc = unique("shared");
+    w.cluster_connection(&cc).await;
+    let mut tenants = Vec::new();
+    for i in 0..5 {
+        let ns = w.tenant(&format!("tenant{i}")).await;
+        w.worker_deployment(&ns, "orders", cluster_ref(&cc), "v1")
+            .await;
+        tenants.push(ns);
+    }
+    for ns in &tenants {
+        // Rolled out means: resolved the ClusterConnection, read this namespace's Secret,
+        // talked to Temporal over mTLS, saw the workers' version register, and promoted it.
+        let wd = wait_wd(&client, ns, "orders", "rolled out", ROLLOUT, rolled_out).await;
+        let status = wd.status.unwrap_or_default();
+        assert_eq!(
+            status.observed_connection_ref.map(|r| (r.kind, r.name)),
+            Some(("ClusterConnection".to_string(), cc.clone()))
+        );
+        assert_eq!(status.observed_generation, wd.metadata.generation);
+    }
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    let stored = Api::<ClusterConnection>::all(client.clone())
+        .get(&cc)
+        .await?;
+    assert_eq!(stored.status.and_then(|s| s.used_by), Some(5));
+
+    // One client per tenant: the pool key carries each Secret's namespace.
+    let pool = w
+        .controller
+        .as_ref()
+        .map(|h| h.pool.keys())
+        .unwrap_or_default();
+    for ns in &tenants {
+        assert!(
+            pool.iter().any(|k| k
+                .secrets
+                .iter()
+                .any(|s| s.namespace == *ns && s.name == MTLS_SECRET)),
+            "no pooled client for {ns}: {pool:?}"
+        );
+    }
+
+    // Deleting one tenant's WorkerDeployment keeps the protection; deleting all removes it.
+    delete_wd(&client, &tenants[0], "orders").await;
+    wait_wd_gone(&client, &tenants[0], "orders", ROLLOUT).await;
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    for ns in &tenants[1..] {
+        delete_wd(&client, ns, "orders").await;
+    }
+    for ns in &tenants[1..] {
+        wait_wd_gone(&client, ns, "orders", ROLLOUT).await;
+    }
+    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_used_cluster_connection_waits_for_its_last_user() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let cc = unique("blocked");
+    w.cluster_connection(&cc).await;
+    let a = w.tenant("del-a").await;
+    let b = w.tenant("del-b").await;
+    // No worker image needed: protection does not depend on pods.
+    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
+    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+
+    let api: Api<ClusterConnection> = Api::all(client.clone());
+    api.delete(&cc, &DeleteParams::default()).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let terminating = api.get(&cc).await?;
+    assert!(terminating.metadata.deletion_timestamp.is_some());
+    assert!(has_finalizer(&terminating), "deleted while in use");
+
+    delete_wd(&client, &a, "w").await;
+    wait_wd_gone(&client, &a, "w", ROLLOUT).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(
+        api.get_opt(&cc).await?.is_some(),
+        "gone while namespace {b} still uses it"
+    );
+
+    delete_wd(&client, &b, "w").await;
+    wait_wd_gone(&client, &b, "w", ROLLOUT).await;
+    wait_cluster_connection(&client, &cc, "gone", QUICK).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrating_from_connections_to_a_cluster_connection_releases_the_old_ones() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let cc = unique("migrate");
+    w.cluster_connection(&cc).await;
+    let mut tenants = Vec::new();
+    for i in 0..2 {
+        let ns = w.tenant(&format!("migrate{i}")).await;
+        w.connection(&ns, "temporal").await;
+        w.worker_deployment(&ns, "w", by_name("temporal"), "v1")
+            .await;
+        tenants.push(ns);
+    }
+    for ns in &tenants {
+        wait_connection(&client, ns, "temporal", "protected", QUICK).await;
+    }
+    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+
+    for ns in &tenants {
+        patch_ref(&client, ns, "w", cluster_ref(&cc)).await;
+    }
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    for ns in &tenants {
+        wait_connection(&client, ns, "temporal", "unprotected", QUICK).await;
+        Api::<Connection>::namespaced(client.clone(), ns)
+            .delete("temporal", &DeleteParams::default())
+            .await?;
+        wait_connection(&client, ns, "temporal", "gone", QUICK).await;
+        let wd = wait_wd(
+            &client,
+            ns,
+            "w",
+            "to observe the new reference",
+            QUICK,
+            |wd| {
+                wd.status
+                    .as_ref()
+                    .and_then(|s| s.observed_connection_ref.as_ref())
+                    .is_some_and(|r| r.kind == "ClusterConnection" && r.name == cc)
+            },
+        )
+        .await;
+        assert_eq!(
+            wd.status.and_then(|s| s.observed_generation),
+            wd.metadata.generation
+        );
+    }
+    for ns in &tenants {
+        delete_wd(&client, ns, "w").await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_one_user_away_keeps_a_cluster_connection_others_still_use() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let cc = unique("kept");
+    w.cluster_connection(&cc).await;
+    let a = w.tenant("keep-a").await;
+    let b = w.tenant("keep-b").await;
+    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
+    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+
+    w.connection(&a, "local").await;
+    patch_ref(&client, &a, "w", by_name("local")).await;
+    wait_connection(&client, &a, "local", "protected", QUICK).await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+
+    // The typed reference to a namespaced Connection counts as the same Connection.
+    patch_ref(&client, &b, "w", connection_ref("local")).await;
+    let wd = wait_wd(
+        &client,
+        &b,
+        "w",
+        "ConnectionNotFound for its own namespace",
+        QUICK,
+        |wd| condition(wd, "Ready").is_some_and(|(_, r, _)| r == "ConnectionNotFound"),
+    )
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(
+        message.contains(&format!("Connection {b}/local not found")),
+        "the message names kind, namespace and name: {message}"
+    );
+    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+    delete_wd(&client, &a, "w").await;
+    delete_wd(&client, &b, "w").await;
+    wait_connection(&client, &a, "local", "unprotected", ROLLOUT).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renaming_a_legacy_reference_releases_the_old_connection() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.tenant("rename").await;
+    w.connection(&ns, "old").await;
+    w.connection(&ns, "new").await;
+    w.worker_deployment(&ns, "w", by_name("old"), "v1").await;
+    wait_connection(&client, &ns, "old", "protected", QUICK).await;
+    wait_connection(&client, &ns, "new", "unprotected", QUICK).await;
+
+    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerOptions": {"connectionRef": {"name": "new"}}}})),
+        )
+        .await?;
+    wait_connection(&client, &ns, "new", "protected", QUICK).await;
+    wait_connection(&client, &ns, "old", "unprotected", QUICK).await;
+    Api::<Connection>::namespaced(client.clone(), &ns)
+        .delete("old", &DeleteParams::default())
+        .await?;
+    wait_connection(&client, &ns, "old", "gone", QUICK).await;
+    delete_wd(&client, &ns, "w").await;
+    wait_connection(&client, &ns, "new", "unprotected", ROLLOUT).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tenants_behind_one_cluster_connection_never_share_credentials() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let cc = unique("isolated");
+    w.cluster_connection(&cc).await;
+    // Two namespaces, two different Secrets with the same name.
+    let a = w.tenant("iso-a").await;
+    let b = w.tenant("iso-b").await;
+    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
+    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
+    for ns in [&a, &b] {
+        wait_wd(&client, ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+    }
+    let keys = w
+        .controller
+        .as_ref()
+        .map(|h| h.pool.keys())
+        .unwrap_or_default();
+    let ours: Vec<_> = keys
+        .iter()
+        .filter(|k| {
+            k.secrets
+                .iter()
+                .any(|s| s.namespace == a || s.namespace == b)
+        })
+        .collect();
+    assert_eq!(ours.len(), 2, "one client per tenant: {ours:?}");
+    for ns in [&a, &b] {
+        let rv = Api::<Secret>::namespaced(client.clone(), ns)
+            .get(MTLS_SECRET)
+            .await?
+            .metadata
+            .resource_version
+            .unwrap_or_default();
+        assert!(
+            ours.iter().any(|k| k
+                .secrets
+                .iter()
+                .any(|s| s.namespace == *ns && s.resource_version == rv)),
+            "the client for {ns} is keyed by that namespace's Secret"
+        );
+        // The versioned Deployment lives in the tenant's namespace and mounts only its own
+        // Secret (a pod can mount nothing else).
+        let deployments = Api::<Deployment>::namespaced(client.clone(), ns)
+            .list(&ListParams::default().labels("temporal.io/deployment-name=w"))
+            .await?;
+        assert_eq!(deployments.items.len(), 1);
+        let volumes = deployments.items[0]
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.as_ref())
+            .and_then(|s| s.volumes.clone())
+            .unwrap_or_default();
+        let secrets: Vec<_> = volumes
+            .iter()
+            .filter_map(|v| v.secret.as_ref().and_then(|s| s.secret_name.clone()))
+            .collect();
+        assert_eq!(secrets, vec![MTLS_SECRET.to_string()]);
+    }
+
+    // A tenant without the Secret cannot borrow another namespace's.
+    let c = w.env.namespace("iso-c").await?;
+    w.worker_deployment(&c, "w", cluster_ref(&cc), "v1").await;
+    let wd = wait_wd(&client, &c, "w", "AuthSecretInvalid", QUICK, |wd| {
+        condition(wd, "Ready").is_some_and(|(_, r, _)| r == "AuthSecretInvalid")
+    })
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(
+        message.contains(&format!("Secret {c}/{MTLS_SECRET} not found")),
+        "{message}"
+    );
+    for ns in [&a, &b, &c] {
+        delete_wd(&client, ns, "w").await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_secrets_are_reported_precisely_and_fixing_them_recovers() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.env.namespace("badsecret").await?;
+    w.connection(&ns, "temporal").await;
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
+    let good = w.mtls_secret(MTLS_SECRET, time::Duration::days(1));
+    // An Opaque Secret with the key missing (a kubernetes.io/tls one cannot lack it).
+    let mut missing_key = good.clone();
+    missing_key.type_ = Some("Opaque".into());
+    if let Some(d) = missing_key.string_data.as_mut() {
+        d.remove("tls.key");
+    }
+    secrets.create(&Default::default(), &missing_key).await?;
+    w.worker_deployment(&ns, "w", by_name("temporal"), "v1")
+        .await;
+
+    let expect = |needle: String| {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let wd = wait_wd(&client, &ns, "w", &needle, QUICK, |wd| {
+                condition(wd, "Ready")
+                    .is_some_and(|(_, r, m)| r == "AuthSecretInvalid" && m.contains(&needle))
+            })
+            .await;
+            let (_, _, m) = condition(&wd, "Progressing").unwrap_or_default();
+            assert!(m.contains(&format!("Secret {ns}/{MTLS_SECRET}")), "{m}");
+        }
+    };
+    expect("has no key tls.key".into()).await;
+
+    let replace = |s: Secret| {
+        let secrets = secrets.clone();
+        async move {
+            let mut s = s;
+            s.metadata.resource_version = None;
+            secrets
+                .delete(MTLS_SECRET, &DeleteParams::default())
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            secrets
+                .create(&Default::default(), &s)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    let mut bad_pem = good.clone();
+    if let Some(d) = bad_pem.string_data.as_mut() {
+        d.insert(
+            "tls.crt".into(),
+            "-----BEGIN CERTIFICATE-----\nnot base64!\n-----END CERTIFICATE-----\n".into(),
+        );
+    }
+    replace(bad_pem).await;
+    expect("key tls.crt: not valid PEM".into()).await;
+
+    replace(w.mtls_secret(MTLS_SECRET, time::Duration::hours(-1))).await;
+    expect("the certificate expired at".into()).await;
+
+    // Fixed: the rollout completes with no restart.
+    replace(good).await;
+    wait_wd(
+        &client,
+        &ns,
+        "w",
+        "rolled out after the fix",
+        ROLLOUT,
+        rolled_out,
+    )
+    .await;
+    delete_wd(&client, &ns, "w").await;
+    Ok(())
+}

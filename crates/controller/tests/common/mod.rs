@@ -1,0 +1,363 @@
+//! A world for controller tests: the shared real environment, the CRDs, a TLS proxy that
+//! demands client certificates from a test CA in front of the Temporal dev server, the example
+//! worker registered as an image, and (optionally) a controller running in this process.
+
+#![allow(dead_code)]
+
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, DeleteParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use twc_api::{ClusterConnection, Connection, WorkerDeployment};
+use twc_controller::controller::{Config, Handle, prepare};
+use twc_controller::reconcile::Intervals;
+use twc_testenv::pki::{Ca, Usage};
+use twc_testenv::tls_proxy::TlsProxy;
+use twc_testenv::{LocalImage, TestEnv, wait_for};
+
+pub type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// The image name the example worker is registered under.
+pub const WORKER_IMAGE: &str = "twc/example-worker";
+/// The server name in the proxy's certificate.
+pub const SERVER_NAME: &str = "temporal.test";
+/// The Secret name tenants use for their client certificate.
+pub const MTLS_SECRET: &str = "temporal-mtls";
+
+pub struct World {
+    pub env: &'static TestEnv,
+    pub ca: Ca,
+    /// The mTLS endpoint (TLS proxy) in front of the Temporal dev server.
+    pub mtls_address: String,
+    pub controller: Option<Handle>,
+    _proxy: TlsProxy,
+    _runtime: tokio::runtime::Runtime,
+}
+
+static WORLD: OnceLock<Result<World, String>> = OnceLock::new();
+
+/// The world of this test binary; with `controller`, a cluster-wide controller runs in it.
+pub async fn world(controller: bool) -> Result<&'static World, String> {
+    let w = tokio::task::spawn_blocking(move || {
+        WORLD.get_or_init(|| {
+            std::thread::spawn(move || init(controller))
+                .join()
+                .unwrap_or_else(|_| Err("world init panicked".into()))
+        })
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    w.as_ref().map_err(Clone::clone)
+}
+
+pub fn test_config() -> Config {
+    Config {
+        identity: format!("twc-test/{}", std::process::id()),
+        intervals: Intervals {
+            moving: Duration::from_millis(500),
+            steady: Duration::from_secs(5),
+        },
+        ..Default::default()
+    }
+}
+
+fn init(controller: bool) -> Result<World, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .map_err(|e| e.to_string())?;
+    let (env, ca, proxy, handle) = runtime.block_on(async {
+        let env = twc_testenv::shared().await.map_err(|e| e.to_string())?;
+        let client = env.client().await.map_err(|e| e.to_string())?;
+        twc_testenv::crds::install(&client, &twc_api::crd::all())
+            .await
+            .map_err(|e| e.to_string())?;
+        let ca = Ca::new("temporal-test-ca").map_err(|e| e.to_string())?;
+        let server = ca
+            .issue(
+                SERVER_NAME,
+                &[SERVER_NAME, "127.0.0.1"],
+                Usage::Server,
+                time::Duration::days(1),
+            )
+            .map_err(|e| e.to_string())?;
+        let proxy = TlsProxy::start(&env.temporal.address, &server, Some(&ca.cert_pem))
+            .await
+            .map_err(|e| e.to_string())?;
+        let worker =
+            twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")
+                .map_err(|e| e.to_string())?;
+        env.pod_runner
+            .register_image(WORKER_IMAGE, LocalImage::new(worker));
+        let handle = if controller {
+            let (handle, fut) = prepare(client, test_config()).await;
+            tokio::spawn(fut);
+            Some(handle)
+        } else {
+            None
+        };
+        Ok::<_, String>((env, ca, proxy, handle))
+    })?;
+    Ok(World {
+        env,
+        ca,
+        mtls_address: proxy.address.clone(),
+        controller: handle,
+        _proxy: proxy,
+        _runtime: runtime,
+    })
+}
+
+impl World {
+    pub async fn client(&self) -> Client {
+        self.env
+            .client()
+            .await
+            .unwrap_or_else(|e| panic!("kubernetes client: {e}"))
+    }
+
+    /// A client certificate Secret, valid for a day (or expired, with a negative validity).
+    pub fn mtls_secret(&self, name: &str, valid_for: time::Duration) -> Secret {
+        let pair = self
+            .ca
+            .issue("tenant", &[], Usage::Client, valid_for)
+            .unwrap_or_else(|e| panic!("{e}"));
+        from_json(json!({
+            "metadata": {"name": name},
+            "type": "kubernetes.io/tls",
+            "stringData": {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": self.ca.cert_pem}
+        }))
+    }
+
+    /// A namespace with its own client certificate Secret.
+    pub async fn tenant(&self, prefix: &str) -> String {
+        let client = self.client().await;
+        let ns = self
+            .env
+            .namespace(prefix)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        Api::<Secret>::namespaced(client, &ns)
+            .create(
+                &PostParams::default(),
+                &self.mtls_secret(MTLS_SECRET, time::Duration::days(1)),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        ns
+    }
+
+    /// The spec of a connection to the mTLS endpoint.
+    pub fn mtls_connection_spec(&self) -> Value {
+        json!({
+            "hostPort": self.mtls_address,
+            "tls": {"serverName": SERVER_NAME},
+            "mutualTLSSecretRef": {"name": MTLS_SECRET}
+        })
+    }
+
+    pub async fn cluster_connection(&self, name: &str) -> ClusterConnection {
+        let cc: ClusterConnection = from_json(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+            "metadata": {"name": name},
+            "spec": self.mtls_connection_spec(),
+        }));
+        Api::<ClusterConnection>::all(self.client().await)
+            .create(&PostParams::default(), &cc)
+            .await
+            .unwrap_or_else(|e| panic!("create ClusterConnection {name}: {e}"))
+    }
+
+    pub async fn connection(&self, ns: &str, name: &str) -> Connection {
+        let c: Connection = from_json(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": self.mtls_connection_spec(),
+        }));
+        Api::<Connection>::namespaced(self.client().await, ns)
+            .create(&PostParams::default(), &c)
+            .await
+            .unwrap_or_else(|e| panic!("create Connection {ns}/{name}: {e}"))
+    }
+
+    /// A WorkerDeployment running the example worker (AllAtOnce, one replica).
+    pub async fn worker_deployment(
+        &self,
+        ns: &str,
+        name: &str,
+        connection_ref: Value,
+        version: &str,
+    ) -> WorkerDeployment {
+        let temporal_ns = self
+            .env
+            .temporal_namespace()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let wd: WorkerDeployment = from_json(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {
+                "replicas": 1,
+                "workerOptions": {"connectionRef": connection_ref, "temporalNamespace": temporal_ns},
+                "rollout": {"strategy": "AllAtOnce"},
+                "sunset": {"scaledownDelay": "10s", "deleteDelay": "10s"},
+                "template": {"spec": {
+                    "terminationGracePeriodSeconds": 2,
+                    "containers": [{
+                        "name": "worker",
+                        "image": format!("{WORKER_IMAGE}:{version}"),
+                        "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
+                    }]
+                }}
+            }
+        }));
+        Api::<WorkerDeployment>::namespaced(self.client().await, ns)
+            .create(&PostParams::default(), &wd)
+            .await
+            .unwrap_or_else(|e| panic!("create WorkerDeployment {ns}/{name}: {e}"))
+    }
+}
+
+pub fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> T {
+    serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture does not parse: {e}"))
+}
+
+pub fn by_name(name: &str) -> Value {
+    json!({"name": name})
+}
+
+pub fn cluster_ref(name: &str) -> Value {
+    json!({"objectRef": {"kind": "ClusterConnection", "name": name}})
+}
+
+pub fn connection_ref(name: &str) -> Value {
+    json!({"objectRef": {"kind": "Connection", "name": name}})
+}
+
+/// Waits until the WorkerDeployment satisfies `pred`, showing its status on timeout.
+pub async fn wait_wd(
+    client: &Client,
+    ns: &str,
+    name: &str,
+    what: &str,
+    timeout: Duration,
+    pred: impl Fn(&WorkerDeployment) -> bool,
+) -> WorkerDeployment {
+    let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("{ns}/{name}: {what}"), timeout, || {
+        let api = api.clone();
+        let pred = &pred;
+        async move {
+            let wd = api.get(name).await.map_err(|e| e.to_string())?;
+            if pred(&wd) {
+                Ok(wd)
+            } else {
+                Err(format!(
+                    "status: {}",
+                    serde_json::to_string(&wd.status).unwrap_or_default()
+                ))
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub fn condition(wd: &WorkerDeployment, type_: &str) -> Option<(String, String, String)> {
+    wd.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
+
+/// The rollout finished: the target is current and Ready is True.
+pub fn rolled_out(wd: &WorkerDeployment) -> bool {
+    let s = wd.status.clone().unwrap_or_default();
+    let target = s.target_version.map(|t| t.base.build_id);
+    let current = s.current_version.map(|c| c.base.build_id);
+    target.is_some()
+        && target == current
+        && condition(wd, "Ready").is_some_and(|(st, _, _)| st == "True")
+}
+
+pub fn has_finalizer<K: ResourceExt>(o: &K) -> bool {
+    o.finalizers().iter().any(|f| f == twc_api::FINALIZER)
+}
+
+/// Waits until the ClusterConnection's finalizer is `present` (or, with `gone`, it is deleted).
+pub async fn wait_cluster_connection(client: &Client, name: &str, want: &str, timeout: Duration) {
+    let api: Api<ClusterConnection> = Api::all(client.clone());
+    wait_for(
+        &format!("ClusterConnection {name}: {want}"),
+        timeout,
+        || {
+            let api = api.clone();
+            async move {
+                let cc = api.get_opt(name).await.map_err(|e| e.to_string())?;
+                let state = match &cc {
+                    None => "gone",
+                    Some(c) if has_finalizer(c) => "protected",
+                    Some(_) => "unprotected",
+                };
+                if state == want {
+                    Ok(())
+                } else {
+                    Err(format!("{state}: {:?}", cc.map(|c| c.metadata)))
+                }
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn wait_connection(client: &Client, ns: &str, name: &str, want: &str, timeout: Duration) {
+    let api: Api<Connection> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("Connection {ns}/{name}: {want}"), timeout, || {
+        let api = api.clone();
+        async move {
+            let c = api.get_opt(name).await.map_err(|e| e.to_string())?;
+            let state = match &c {
+                None => "gone",
+                Some(c) if has_finalizer(c) => "protected",
+                Some(_) => "unprotected",
+            };
+            if state == want {
+                Ok(())
+            } else {
+                Err(format!("{state}: {:?}", c.map(|c| c.metadata)))
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn delete_wd(client: &Client, ns: &str, name: &str) {
+    Api::<WorkerDeployment>::namespaced(client.clone(), ns)
+        .delete(name, &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("delete {ns}/{name}: {e}"));
+}
+
+/// Waits until the WorkerDeployment is gone.
+pub async fn wait_wd_gone(client: &Client, ns: &str, name: &str, timeout: Duration) {
+    let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
+    wait_for(&format!("{ns}/{name} to be deleted"), timeout, || {
+        let api = api.clone();
+        async move {
+            match api.get_opt(name).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(wd) => Err(format!("still there: {:?}", wd.metadata.finalizers)),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
