@@ -13,7 +13,8 @@ twc=${CARGO_TARGET_DIR:-target}/debug/twc
 
 # Generated directories, each written whole by one command.
 "$twc" crd --dir "$out/config/crd"
-generated=(config/crd)
+"$twc" rbac --dir "$out/config/rbac"
+generated=(config/crd config/rbac)
 
 if $check; then
   status=0

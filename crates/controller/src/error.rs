@@ -30,7 +30,7 @@ pub enum Error {
     PlanExecutionFailed(String),
 
     /// A Kubernetes API call failed.
-    #[error("kubernetes: {0}")]
+    #[error("kubernetes: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
 }
 
@@ -62,3 +62,11 @@ impl Error {
 }
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A Kubernetes error as a person reads it: the apiserver's message, not a debug dump.
+pub fn kube_message(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => s.message.clone(),
+        other => other.to_string(),
+    }
+}

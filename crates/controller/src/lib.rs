@@ -5,6 +5,7 @@ pub mod connections;
 pub mod controller;
 pub mod error;
 pub mod plan;
+pub mod rbac;
 pub mod reconcile;
 pub mod scoped;
 pub mod status;

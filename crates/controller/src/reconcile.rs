@@ -16,7 +16,7 @@ use twc_api::conditions::{PROGRESSING, READY};
 use twc_api::{API_VERSION, FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
 
 use crate::connections::{self, ConnKey, ConnectionStores};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, kube_message};
 use crate::plan::{self, Observed, Plan, Routing, build_id};
 use crate::scoped::Scoped;
 use crate::status;
@@ -256,7 +256,10 @@ async fn execute(
             .patch(&name, &apply, &Patch::Apply(&body))
             .await
             .map_err(|e| {
-                Error::PlanExecutionFailed(format!("apply Deployment {ns}/{name}: {e}"))
+                Error::PlanExecutionFailed(format!(
+                    "apply Deployment {ns}/{name}: {}",
+                    kube_message(&e)
+                ))
             })?;
         if created {
             ctx.event(
@@ -280,7 +283,10 @@ async fn execute(
             )
             .await
             .map_err(|e| {
-                Error::PlanExecutionFailed(format!("scale Deployment {ns}/{name}: {e}"))
+                Error::PlanExecutionFailed(format!(
+                    "scale Deployment {ns}/{name}: {}",
+                    kube_message(&e)
+                ))
             })?;
         if *replicas == 0 {
             ctx.event(
@@ -307,7 +313,8 @@ async fn execute(
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
                 return Err(Error::PlanExecutionFailed(format!(
-                    "delete Deployment {ns}/{name}: {e}"
+                    "delete Deployment {ns}/{name}: {}",
+                    kube_message(&e)
                 )));
             }
         }

@@ -361,3 +361,111 @@ pub async fn wait_wd_gone(client: &Client, ns: &str, name: &str, timeout: Durati
     .await
     .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// Applies the generated RBAC file `config/rbac/<file>` and binds it to ServiceAccount
+/// `sa_ns/sa`: ClusterRoles with a ClusterRoleBinding, the Role with a RoleBinding in each of
+/// `role_namespaces`. Returns a client authenticated as that ServiceAccount.
+pub async fn client_with_generated_rbac(
+    w: &World,
+    file: &str,
+    sa_ns: &str,
+    sa: &str,
+    role_namespaces: &[String],
+) -> Client {
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+    let admin = w.client().await;
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../config/rbac")
+        .join(file);
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let pp = kube::api::PatchParams::apply("rbac-test").force();
+    let subject = json!([{"kind": "ServiceAccount", "name": sa, "namespace": sa_ns}]);
+    for doc in serde_yaml::Deserializer::from_str(&text) {
+        let v: Value = serde::Deserialize::deserialize(doc).unwrap_or_else(|e| panic!("{e}"));
+        if v.is_null() {
+            continue;
+        }
+        let name = v["metadata"]["name"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        match v["kind"].as_str() {
+            Some("ClusterRole") => {
+                let unique = format!("{name}-{sa_ns}");
+                let mut role = v.clone();
+                role["metadata"]["name"] = json!(unique);
+                Api::<ClusterRole>::all(admin.clone())
+                    .patch(&unique, &pp, &kube::api::Patch::Apply(&role))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+                let binding = json!({
+                    "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                    "metadata": {"name": unique},
+                    "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": unique},
+                    "subjects": subject,
+                });
+                Api::<ClusterRoleBinding>::all(admin.clone())
+                    .patch(&unique, &pp, &kube::api::Patch::Apply(&binding))
+                    .await
+                    .unwrap_or_else(|e| panic!("{e}"));
+            }
+            Some("Role") => {
+                for ns in role_namespaces {
+                    let mut role = v.clone();
+                    role["metadata"]["namespace"] = json!(ns);
+                    Api::<Role>::namespaced(admin.clone(), ns)
+                        .patch(&name, &pp, &kube::api::Patch::Apply(&role))
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
+                    let binding = json!({
+                        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                        "metadata": {"name": name, "namespace": ns},
+                        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
+                        "subjects": subject,
+                    });
+                    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+                        .patch(&name, &pp, &kube::api::Patch::Apply(&binding))
+                        .await
+                        .unwrap_or_else(|e| panic!("{e}"));
+                }
+            }
+            other => panic!("unexpected kind {other:?} in {file}"),
+        }
+    }
+    w.env
+        .control_plane
+        .client_as_service_account(sa_ns, sa)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// Captures this test binary's logs (debug and up) to check for error loops.
+pub fn capture_logs() -> std::sync::Arc<std::sync::Mutex<Vec<u8>>> {
+    use std::sync::{Arc, Mutex};
+    static LOGS: OnceLock<Arc<Mutex<Vec<u8>>>> = OnceLock::new();
+    LOGS.get_or_init(|| {
+        let buf = Arc::new(Mutex::new(Vec::new()));
+        let writer = buf.clone();
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter("debug,hyper=info,h2=info,tower=info,rustls=info")
+            .with_ansi(false)
+            .with_writer(move || LogWriter(writer.clone()))
+            .try_init();
+        buf
+    })
+    .clone()
+}
+
+struct LogWriter(std::sync::Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if let Ok(mut b) = self.0.lock() {
+            b.extend_from_slice(data);
+        }
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}

@@ -1,0 +1,197 @@
+//! The RBAC the controller needs, listing exactly the verbs it uses. `twc rbac` prints it and
+//! `hack/generate.sh` writes `config/rbac/` (checked for drift in CI).
+//!
+//! * Cluster-scoped kinds (ClusterConnections, SelfSubjectAccessReviews, the kube-system
+//!   Namespace read for the default identity) are always in a ClusterRole, never a Role.
+//! * Namespaced kinds are in a ClusterRole for a cluster-wide install, and in a Role bound in
+//!   each watched namespace for a namespace-scoped install (`--watch-namespaces`), which then
+//!   gets no ClusterConnection rights at all.
+
+use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+
+/// Name of the generated roles.
+pub const NAME: &str = "temporal-worker-controller";
+/// Name of the ClusterRole with the cluster-scoped rules.
+pub const CLUSTER_SCOPED_NAME: &str = "temporal-worker-controller-cluster-scoped";
+
+fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
+    PolicyRule {
+        api_groups: Some(vec![group.to_string()]),
+        resources: Some(resources.iter().map(|r| r.to_string()).collect()),
+        verbs: verbs.iter().map(|v| v.to_string()).collect(),
+        ..Default::default()
+    }
+}
+
+/// Rules on namespaced kinds.
+pub fn namespaced_rules() -> Vec<PolicyRule> {
+    vec![
+        // Watched through caches; patched for the finalizer; status by server-side apply.
+        rule(
+            "temporal.io",
+            &["workerdeployments", "connections"],
+            &["list", "watch", "patch"],
+        ),
+        rule(
+            "temporal.io",
+            &["workerdeployments/status", "connections/status"],
+            &["patch"],
+        ),
+        // Owner references with blockOwnerDeletion on the owned Deployments.
+        rule(
+            "temporal.io",
+            &["workerdeployments/finalizers", "connections/finalizers"],
+            &["update"],
+        ),
+        // Versioned Deployments: server-side apply (which creates), scale, delete.
+        rule(
+            "apps",
+            &["deployments"],
+            &["list", "watch", "create", "patch", "delete"],
+        ),
+        rule("apps", &["deployments/scale"], &["patch"]),
+        // Credential Secrets: metadata watched, read on a client-pool miss.
+        rule("", &["secrets"], &["get", "list", "watch"]),
+        // Events for people.
+        rule("events.k8s.io", &["events"], &["create", "patch"]),
+    ]
+}
+
+/// Rules on cluster-scoped kinds, for a cluster-wide install.
+pub fn cluster_scoped_rules() -> Vec<PolicyRule> {
+    let mut rules = vec![
+        rule(
+            "temporal.io",
+            &["clusterconnections"],
+            &["list", "watch", "patch"],
+        ),
+        rule("temporal.io", &["clusterconnections/status"], &["patch"]),
+        rule(
+            "temporal.io",
+            &["clusterconnections/finalizers"],
+            &["update"],
+        ),
+    ];
+    rules.extend(always_cluster_rules());
+    rules
+}
+
+/// Cluster-scoped rules every install needs, including a namespace-scoped one.
+pub fn always_cluster_rules() -> Vec<PolicyRule> {
+    vec![
+        // The startup check of what the controller may do.
+        rule(
+            "authorization.k8s.io",
+            &["selfsubjectaccessreviews"],
+            &["create"],
+        ),
+        // The default identity is derived from the kube-system namespace's UID.
+        PolicyRule {
+            resource_names: Some(vec!["kube-system".into()]),
+            ..rule("", &["namespaces"], &["get"])
+        },
+    ]
+}
+
+fn meta(name: &str) -> ObjectMeta {
+    ObjectMeta {
+        name: Some(name.into()),
+        labels: Some(
+            [("app.kubernetes.io/name".to_string(), NAME.to_string())]
+                .into_iter()
+                .collect(),
+        ),
+        ..Default::default()
+    }
+}
+
+/// Cluster-wide install: (namespaced kinds everywhere, cluster-scoped kinds).
+pub fn cluster_wide() -> (ClusterRole, ClusterRole) {
+    (
+        ClusterRole {
+            metadata: meta(NAME),
+            rules: Some(namespaced_rules()),
+            ..Default::default()
+        },
+        ClusterRole {
+            metadata: meta(CLUSTER_SCOPED_NAME),
+            rules: Some(cluster_scoped_rules()),
+            ..Default::default()
+        },
+    )
+}
+
+/// Namespace-scoped install: a Role to create in each watched namespace, and the
+/// ClusterRole with what every install needs (no ClusterConnection rights).
+pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
+    let mut role_meta = meta(NAME);
+    role_meta.namespace = namespace.map(str::to_string);
+    (
+        Role {
+            metadata: role_meta,
+            rules: Some(namespaced_rules()),
+        },
+        ClusterRole {
+            metadata: meta(CLUSTER_SCOPED_NAME),
+            rules: Some(always_cluster_rules()),
+            ..Default::default()
+        },
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn resources(rules: &[PolicyRule]) -> Vec<String> {
+        rules
+            .iter()
+            .flat_map(|r| r.resources.clone().unwrap_or_default())
+            .collect()
+    }
+
+    #[test]
+    fn cluster_scoped_kinds_are_never_in_a_role() {
+        let (role, _) = namespace_scoped(Some("a"));
+        let in_role = resources(role.rules.as_deref().unwrap_or_default());
+        for cluster_kind in [
+            "clusterconnections",
+            "clusterconnections/finalizers",
+            "namespaces",
+            "selfsubjectaccessreviews",
+        ] {
+            assert!(
+                !in_role.iter().any(|r| r == cluster_kind),
+                "{cluster_kind} in a Role"
+            );
+        }
+        let (_, cluster) = cluster_wide();
+        let in_cluster = resources(cluster.rules.as_deref().unwrap_or_default());
+        assert!(
+            in_cluster
+                .iter()
+                .any(|r| r == "clusterconnections/finalizers")
+        );
+    }
+
+    #[test]
+    fn no_wildcards() {
+        let (a, b) = cluster_wide();
+        for r in a
+            .rules
+            .unwrap_or_default()
+            .iter()
+            .chain(b.rules.unwrap_or_default().iter())
+        {
+            assert!(!r.verbs.iter().any(|v| v == "*"));
+            assert!(
+                !r.resources
+                    .clone()
+                    .unwrap_or_default()
+                    .iter()
+                    .any(|v| v == "*")
+            );
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! Namespace-scoped mode with only the generated Roles: Connections work in the watched
+//! namespaces, a ClusterConnection reference gets a clear condition, and nothing is forbidden.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use twc_controller::controller::prepare;
+
+const ROLLOUT: Duration = Duration::from_secs(90);
+const QUICK: Duration = Duration::from_secs(30);
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestResult {
+    let logs = capture_logs();
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let system = w.env.namespace("twc-system").await?;
+    let a = w.tenant("scoped-a").await;
+    let b = w.tenant("scoped-b").await;
+    let sa_client = client_with_generated_rbac(
+        w,
+        "namespaced.yaml",
+        &system,
+        "controller",
+        &[a.clone(), b.clone()],
+    )
+    .await;
+    let mut config = test_config();
+    config.watch_namespaces = vec![a.clone(), b.clone()];
+    let (handle, fut) = prepare(sa_client, config).await;
+    assert!(
+        !handle.cluster_connections,
+        "Roles grant no ClusterConnection rights"
+    );
+    let _controller = tokio::spawn(fut);
+
+    w.connection(&a, "temporal").await;
+    w.worker_deployment(&a, "w", by_name("temporal"), "v1")
+        .await;
+    let cc = format!("scoped-{system}");
+    w.cluster_connection(&cc).await;
+    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
+
+    wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
+    wait_connection(&admin, &a, "temporal", "protected", QUICK).await;
+    let wd = wait_wd(&admin, &b, "w", "ConnectionNotFound", QUICK, |wd| {
+        condition(wd, "Ready").is_some_and(|(_, r, _)| r == "ConnectionNotFound")
+    })
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(message.contains("namespace-scoped"), "{message}");
+    // Not watched: the ClusterConnection is left alone.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    wait_cluster_connection(&admin, &cc, "unprotected", QUICK).await;
+
+    delete_wd(&admin, &a, "w").await;
+    wait_wd_gone(&admin, &a, "w", ROLLOUT).await;
+    wait_connection(&admin, &a, "temporal", "unprotected", QUICK).await;
+    delete_wd(&admin, &b, "w").await;
+    wait_wd_gone(&admin, &b, "w", ROLLOUT).await;
+
+    let text =
+        String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).to_lowercase();
+    let forbidden: Vec<&str> = text.lines().filter(|l| l.contains("forbidden")).collect();
+    assert!(
+        forbidden.is_empty(),
+        "forbidden errors in the log:\n{}",
+        forbidden.join("\n")
+    );
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! Finalizers converge after the controller was down while references changed or
+//! WorkerDeployments were deleted: they are computed from the current objects, not from
+//! remembered events.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use twc_api::WorkerDeployment;
+use twc_controller::controller::prepare;
+
+const QUICK: Duration = Duration::from_secs(30);
+
+struct Running(tokio::task::JoinHandle<()>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn start(w: &World) -> Running {
+    let (_, fut) = prepare(w.client().await, test_config()).await;
+    Running(tokio::spawn(fut))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_leak_when_the_controller_misses_a_reference_change_or_a_deletion() -> TestResult {
+    let w = world(false).await?;
+    let client = w.client().await;
+    let ns = w.tenant("restart").await;
+    let cc = format!("restart-{ns}");
+    w.cluster_connection(&cc).await;
+    for name in ["a", "b"] {
+        w.connection(&ns, name).await;
+    }
+    w.worker_deployment(&ns, "moves", by_name("a"), "v1").await;
+    w.worker_deployment(&ns, "deleted", by_name("b"), "v1")
+        .await;
+
+    let controller = start(w).await;
+    wait_connection(&client, &ns, "a", "protected", QUICK).await;
+    wait_connection(&client, &ns, "b", "protected", QUICK).await;
+    wait_wd(
+        &client,
+        &ns,
+        "deleted",
+        "finalizer added",
+        QUICK,
+        has_finalizer,
+    )
+    .await;
+    drop(controller);
+    // Let the aborted controller's in-flight work finish.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+
+    // While it is down: one reference moves to the ClusterConnection, one user is deleted.
+    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "moves",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerOptions": {"connectionRef": {
+                "name": null, "objectRef": {"kind": "ClusterConnection", "name": cc}}}}})),
+        )
+        .await?;
+    delete_wd(&client, &ns, "deleted").await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    wait_connection(&client, &ns, "a", "protected", QUICK).await;
+    wait_wd(
+        &client,
+        &ns,
+        "deleted",
+        "held by its finalizer",
+        QUICK,
+        |wd| wd.metadata.deletion_timestamp.is_some(),
+    )
+    .await;
+
+    let _controller = start(w).await;
+    wait_connection(&client, &ns, "a", "unprotected", QUICK).await;
+    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    wait_wd_gone(&client, &ns, "deleted", QUICK).await;
+    wait_connection(&client, &ns, "b", "unprotected", QUICK).await;
+    wait_wd(
+        &client,
+        &ns,
+        "moves",
+        "observed the new reference",
+        QUICK,
+        |wd| {
+            wd.status
+                .as_ref()
+                .and_then(|s| s.observed_connection_ref.as_ref())
+                .is_some_and(|r| r.kind == "ClusterConnection")
+                && wd.status.as_ref().and_then(|s| s.observed_generation) == wd.metadata.generation
+        },
+    )
+    .await;
+    delete_wd(&client, &ns, "moves").await;
+    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+    Ok(())
+}
