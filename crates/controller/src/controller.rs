@@ -182,6 +182,76 @@ impl Senders {
     }
 }
 
+/// What makes a WorkerDeployment worth reconciling: its spec (generation), its finalizers and
+/// its deletion; never our own status writes.
+fn wd_predicate(wd: &WorkerDeployment) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    wd.metadata.generation.hash(&mut h);
+    wd.finalizers().hash(&mut h);
+    wd.metadata.deletion_timestamp.is_some().hash(&mut h);
+    Some(h.finish())
+}
+
+/// What the WorkerDeployment reconciler reads from a versioned Deployment: its spec
+/// generation, availability and replica counts (not every status heartbeat).
+fn deployment_predicate(d: &Deployment) -> Option<u64> {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    d.metadata.generation.hash(&mut h);
+    d.metadata.deletion_timestamp.is_some().hash(&mut h);
+    if let Some(s) = &d.status {
+        (s.replicas, s.ready_replicas, s.available_replicas).hash(&mut h);
+        for c in s
+            .conditions
+            .iter()
+            .flatten()
+            .filter(|c| c.type_ == "Available")
+        {
+            c.status.hash(&mut h);
+        }
+    }
+    Some(h.finish())
+}
+
+/// Remembers the last spec generation seen per object, so that only spec changes (and
+/// creations and deletions) of a connection re-queue its users, not its status or finalizer.
+#[derive(Default)]
+struct SpecChanges(std::sync::Mutex<HashMap<String, Option<i64>>>);
+
+impl SpecChanges {
+    fn changed<K: Resource>(&self, event: &Event<K>) -> Vec<K>
+    where
+        K: Clone,
+    {
+        let Ok(mut seen) = self.0.lock() else {
+            return objects(event);
+        };
+        match event {
+            Event::Delete(o) => {
+                seen.remove(&key_of(o));
+                vec![o.clone()]
+            }
+            Event::Apply(o) | Event::InitApply(o) => {
+                let generation = o.meta().generation;
+                match seen.insert(key_of(o), generation) {
+                    Some(previous) if previous == generation => Vec::new(),
+                    _ => vec![o.clone()],
+                }
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+fn key_of<K: Resource>(o: &K) -> String {
+    format!(
+        "{}/{}",
+        o.meta().namespace.clone().unwrap_or_default(),
+        o.meta().name.clone().unwrap_or_default()
+    )
+}
+
 fn objects<K: Clone>(event: &Event<K>) -> Vec<K> {
     match event {
         Event::Apply(o) | Event::Delete(o) | Event::InitApply(o) => vec![o.clone()],
@@ -337,7 +407,8 @@ async fn run_controllers(
         )
         .default_backoff()
         .reflect(dep_writers.remove(0))
-        .touched_objects();
+        .touched_objects()
+        .predicate_filter(deployment_predicate, Default::default());
 
         // WorkerDeployments: the index sees every event first.
         let (s, idx, sc) = (senders.clone(), index.clone(), scope.clone());
@@ -353,7 +424,8 @@ async fn run_controllers(
             }
         })
         .reflect(wd_writer)
-        .touched_objects();
+        .touched_objects()
+        .predicate_filter(wd_predicate, Default::default());
         let mut wd_controller = Controller::for_stream(wds, wd_reader)
             .owns_stream(deployments)
             .with_config(ctrl_config.clone());
@@ -373,6 +445,7 @@ async fn run_controllers(
 
     if cluster_allowed {
         let (s, idx) = (senders.clone(), index.clone());
+        let spec_changes = SpecChanges::default();
         let ccs = watcher::watcher(
             Api::<ClusterConnection>::all(client.clone()),
             watcher::Config::default(),
@@ -380,7 +453,7 @@ async fn run_controllers(
         .default_backoff()
         .reflect(cc_writer)
         .inspect_ok(move |ev| {
-            for c in objects(ev) {
+            for c in spec_changes.changed(ev) {
                 s.workers(idx.users(&ConnKey::cluster(&c.name_any())));
             }
         })

@@ -79,7 +79,24 @@ struct Outcome {
 /// Reconciles one WorkerDeployment.
 pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
     if wd.metadata.deletion_timestamp.is_some() {
-        return cleanup(&wd, &ctx).await;
+        return match cleanup(&wd, &ctx).await {
+            Ok(action) => Ok(action),
+            Err(e) => {
+                // Deleting now could leave Temporal routing new workflows to versions whose
+                // workers are gone; wait, and say how to get out.
+                ctx.event(
+                    &wd,
+                    EventType::Warning,
+                    "CleanupBlocked",
+                    format!(
+                        "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
+                        e.reason()
+                    ),
+                )
+                .await;
+                Ok(Action::requeue(ctx.intervals.moving * 5))
+            }
+        };
     }
     if !wd.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = wd.finalizers().to_vec();

@@ -406,3 +406,86 @@ async fn bad_secrets_are_reported_precisely_and_fixing_them_recovers() -> TestRe
     delete_wd(&client, &ns, "w").await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event() -> TestResult {
+    use k8s_openapi::api::events::v1::Event;
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.env.namespace("unreachable").await?;
+    let c: Connection = from_json(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
+        "metadata": {"name": "nowhere"},
+        "spec": {"hostPort": "127.0.0.1:1"}
+    }));
+    Api::<Connection>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &c)
+        .await?;
+    w.worker_deployment(&ns, "w", by_name("nowhere"), "v1")
+        .await;
+    let wd = wait_wd(
+        &client,
+        &ns,
+        "w",
+        "TemporalClientCreationFailed",
+        QUICK,
+        |wd| {
+            condition(wd, "Progressing")
+                .is_some_and(|(s, r, _)| s == "False" && r == "TemporalClientCreationFailed")
+        },
+    )
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(message.contains("127.0.0.1:1"), "{message}");
+    let events = twc_testenv::wait_for("a Warning event", QUICK, || {
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        async move {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            let found: Vec<Event> = list
+                .items
+                .into_iter()
+                .filter(|e| e.reason.as_deref() == Some("TemporalClientCreationFailed"))
+                .collect();
+            if found.is_empty() {
+                Err("no event yet".to_string())
+            } else {
+                Ok(found)
+            }
+        }
+    })
+    .await?;
+    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+
+    // Deletion waits for a Temporal it can clean up, and says so...
+    delete_wd(&client, &ns, "w").await;
+    twc_testenv::wait_for("a CleanupBlocked event", QUICK, || {
+        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+        async move {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .iter()
+                .find(|e| e.reason.as_deref() == Some("CleanupBlocked"))
+                .map(|e| e.note.clone().unwrap_or_default())
+                .filter(|n| n.contains("remove the finalizer"))
+                .map(|_| ())
+                .ok_or_else(|| "no CleanupBlocked event yet".to_string())
+        }
+    })
+    .await?;
+    // ...and completes once the connection is fixed.
+    Api::<Connection>::namespaced(client.clone(), &ns)
+        .patch(
+            "nowhere",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hostPort": w.env.temporal.address}})),
+        )
+        .await?;
+    wait_wd_gone(&client, &ns, "w", ROLLOUT).await;
+    Ok(())
+}

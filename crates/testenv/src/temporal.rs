@@ -55,6 +55,8 @@ pub struct TemporalServer {
     process: Mutex<ChildProcess>,
     /// `127.0.0.1:PORT`, the gRPC frontend.
     pub address: String,
+    /// `127.0.0.1:PORT` of the Prometheus metrics endpoint (`/metrics`).
+    pub metrics_address: String,
     pool: Mutex<Vec<String>>,
     registered: std::sync::atomic::AtomicUsize,
 }
@@ -132,6 +134,7 @@ impl TemporalServer {
         Ok(Self {
             process: Mutex::new(process),
             address,
+            metrics_address: format!("127.0.0.1:{metrics_port}"),
             pool: Mutex::new(pool),
             registered: Default::default(),
         })

@@ -54,34 +54,8 @@ async fn cel_rules_on_a_crd_are_enforced() -> TestResult {
             }]
         }
     }));
-    match crds.create(&PostParams::default(), &crd).await {
-        Ok(_) => {}
-        Err(kube::Error::Api(s)) if s.code == 409 => {}
-        Err(e) => return Err(e.into()),
-    }
-    let stored = wait_for("the CRD to be Established", Duration::from_secs(30), || {
-        let crds = crds.clone();
-        async move {
-            let crd = crds
-                .get("widgets.celcheck.testenv.local")
-                .await
-                .map_err(|e| e.to_string())?;
-            let established = crd
-                .status
-                .as_ref()
-                .and_then(|s| s.conditions.as_ref())
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| c.type_ == "Established" && c.status == "True")
-                });
-            if established {
-                Ok(crd)
-            } else {
-                Err(format!("{:?}", crd.status))
-            }
-        }
-    })
-    .await?;
+    twc_testenv::crds::install(&client, std::slice::from_ref(&crd)).await?;
+    let stored = crds.get("widgets.celcheck.testenv.local").await?;
     // The apiserver kept the rule (an old apiserver silently drops it).
     let schema = serde_json::to_value(&stored.spec.versions[0].schema)?;
     assert!(

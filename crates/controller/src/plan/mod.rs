@@ -198,7 +198,11 @@ pub fn plan(
 
     plan.routing = routing(wd, &target, identity, observed, now, &mut plan);
     plan.claim_manager = plan.routing.is_some() && state.manager_identity.is_empty();
-    plan.moving |= current.as_deref() != Some(target.as_str()) || plan.routing.is_some();
+    // Waiting for pollers of a target scaled to zero would wait forever: that is not motion.
+    let target_scaled_to_zero =
+        spec.replicas == Some(0) && status_of(state, &target) == VersionStatus::NotRegistered;
+    plan.moving |= (current.as_deref() != Some(target.as_str()) && !target_scaled_to_zero)
+        || plan.routing.is_some();
     plan
 }
 

@@ -290,36 +290,12 @@ pub fn has_finalizer<K: ResourceExt>(o: &K) -> bool {
     o.finalizers().iter().any(|f| f == twc_api::FINALIZER)
 }
 
-/// Waits until the ClusterConnection's finalizer is `present` (or, with `gone`, it is deleted).
-pub async fn wait_cluster_connection(client: &Client, name: &str, want: &str, timeout: Duration) {
-    let api: Api<ClusterConnection> = Api::all(client.clone());
-    wait_for(
-        &format!("ClusterConnection {name}: {want}"),
-        timeout,
-        || {
-            let api = api.clone();
-            async move {
-                let cc = api.get_opt(name).await.map_err(|e| e.to_string())?;
-                let state = match &cc {
-                    None => "gone",
-                    Some(c) if has_finalizer(c) => "protected",
-                    Some(_) => "unprotected",
-                };
-                if state == want {
-                    Ok(())
-                } else {
-                    Err(format!("{state}: {:?}", cc.map(|c| c.metadata)))
-                }
-            }
-        },
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"))
-}
-
-pub async fn wait_connection(client: &Client, ns: &str, name: &str, want: &str, timeout: Duration) {
-    let api: Api<Connection> = Api::namespaced(client.clone(), ns);
-    wait_for(&format!("Connection {ns}/{name}: {want}"), timeout, || {
+/// Waits until a connection is `want`: "protected" (has our finalizer), "unprotected" or "gone".
+async fn wait_protection<K>(api: Api<K>, what: String, name: &str, want: &str, timeout: Duration)
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    wait_for(&format!("{what}: {want}"), timeout, || {
         let api = api.clone();
         async move {
             let c = api.get_opt(name).await.map_err(|e| e.to_string())?;
@@ -331,12 +307,29 @@ pub async fn wait_connection(client: &Client, ns: &str, name: &str, want: &str, 
             if state == want {
                 Ok(())
             } else {
-                Err(format!("{state}: {:?}", c.map(|c| c.metadata)))
+                Err(format!("{state}: {:?}", c.map(|c| c.meta().clone())))
             }
         }
     })
     .await
     .unwrap_or_else(|e| panic!("{e}"))
+}
+
+pub async fn wait_cluster_connection(client: &Client, name: &str, want: &str, timeout: Duration) {
+    let api: Api<ClusterConnection> = Api::all(client.clone());
+    wait_protection(
+        api,
+        format!("ClusterConnection {name}"),
+        name,
+        want,
+        timeout,
+    )
+    .await
+}
+
+pub async fn wait_connection(client: &Client, ns: &str, name: &str, want: &str, timeout: Duration) {
+    let api: Api<Connection> = Api::namespaced(client.clone(), ns);
+    wait_protection(api, format!("Connection {ns}/{name}"), name, want, timeout).await
 }
 
 pub async fn delete_wd(client: &Client, ns: &str, name: &str) {
