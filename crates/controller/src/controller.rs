@@ -220,10 +220,7 @@ fn deployment_predicate(d: &Deployment) -> Option<u64> {
 struct SpecChanges(std::sync::Mutex<HashMap<String, Option<i64>>>);
 
 impl SpecChanges {
-    fn changed<K: Resource>(&self, event: &Event<K>) -> Vec<K>
-    where
-        K: Clone,
-    {
+    fn changed<K: Resource + Clone>(&self, event: &Event<K>) -> Vec<K> {
         let Ok(mut seen) = self.0.lock() else {
             return objects(event);
         };
