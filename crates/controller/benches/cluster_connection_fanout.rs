@@ -250,7 +250,7 @@ fn main() -> anyhow::Result<()> {
         for (k, v) in &temporal {
             println!("  {k:<40} {v:>6}");
         }
-        let lists: f64 = k8s.iter().filter(|(k, _)| k.starts_with("GET ") && !k.contains('/')).map(|(_, v)| v).sum();
+        let lists: f64 = 0.0 + k8s.iter().filter(|(k, _)| k.starts_with("GET ") && !k.contains('/')).map(|(_, v)| v).sum::<f64>();
         println!("  (collection GETs, i.e. list calls, in the window: {lists})");
         Ok::<_, anyhow::Error>(())
     })

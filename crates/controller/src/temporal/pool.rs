@@ -44,6 +44,9 @@ struct Entry {
 pub struct ClientPool {
     identity: String,
     entries: Arc<Mutex<HashMap<PoolKey, Entry>>>,
+    /// One dial at a time per key: concurrent reconciles of many users of one connection
+    /// wait for the first dial instead of each dialling.
+    dialing: Arc<Mutex<HashMap<PoolKey, Arc<tokio::sync::Mutex<()>>>>>,
 }
 
 impl ClientPool {
@@ -51,6 +54,7 @@ impl ClientPool {
         Self {
             identity: identity.into(),
             entries: Default::default(),
+            dialing: Default::default(),
         }
     }
 
@@ -89,19 +93,32 @@ impl ClientPool {
         }
     }
 
-    /// Dials a new connection for `key` with `auth` and caches it. Older clients for the same
-    /// address, namespace and Secret names (a previous Secret version) are dropped.
+    /// Dials a new connection for `key` with `auth` and caches it, unless a concurrent caller
+    /// just did. Older clients for the same address, namespace and Secret names (a previous
+    /// Secret version) are dropped.
     pub async fn dial(&self, key: PoolKey, auth: &Auth) -> Result<Connection, String> {
+        let gate = self
+            .dialing
+            .lock()
+            .map(|mut d| d.entry(key.clone()).or_default().clone())
+            .unwrap_or_default();
+        let _turn = gate.lock().await;
+        if let Some(conn) = self.get(&key, SystemTime::now()) {
+            return Ok(conn);
+        }
         let connection = dial(&key, auth, &self.identity).await?;
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|k, _| !same_client_older_secret(k, &key));
             entries.insert(
-                key,
+                key.clone(),
                 Entry {
                     connection: connection.clone(),
                     redial_at: auth.redial_at(),
                 },
             );
+        }
+        if let Ok(mut dialing) = self.dialing.lock() {
+            dialing.retain(|_, gate| Arc::strong_count(gate) > 1);
         }
         Ok(connection)
     }
