@@ -1,0 +1,363 @@
+//! `twc-demo`: the whole thing working, on the local environment.
+//!
+//! Starts etcd, kube-apiserver, kube-controller-manager, the Temporal dev server and the pod
+//! runner; installs the CRDs; runs the controller; creates a ClusterConnection and a
+//! WorkerDeployment running the example worker (v1); starts a few pinned workflows; then
+//! changes the image to v2 with a Progressive strategy and shows, as it happens, v2 registering,
+//! the ramp steps, v1 draining while its pinned workflows finish, then v1 scaled down and
+//! deleted in Kubernetes and Temporal. Every state shown is read from the API and Temporal.
+//! Exits leaving nothing running. `--ci` also checks the final state and fails if it is wrong.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::str::FromStr;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::Parser;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::json;
+use temporalio_client::{Connection, ConnectionOptions, Url, tonic};
+use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads, WorkflowType};
+use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
+use temporalio_common::protos::temporal::api::workflowservice::v1::{
+    CountWorkflowExecutionsRequest, StartWorkflowExecutionRequest,
+};
+use twc_api::{ClusterConnection, VersionStatus, WorkerDeployment};
+use twc_controller::controller::{Config, prepare};
+use twc_controller::reconcile::Intervals;
+use twc_testenv::{LocalImage, Options, TestEnv};
+
+const NS: &str = "demo";
+const NAME: &str = "hello";
+const IMAGE: &str = "example.com/hello-worker";
+const PINNED_WORKFLOWS: usize = 3;
+const WORKFLOW_SECONDS: u64 = 75;
+
+#[derive(Parser)]
+#[command(
+    name = "twc-demo",
+    about = "A real rollout with the Temporal Worker Controller, live"
+)]
+struct Cli {
+    /// Directory for data and logs (wiped at start).
+    #[arg(long, default_value = "target/demo")]
+    dir: PathBuf,
+    /// Non-interactive: plain output, and fail unless the rollout ends as it should.
+    #[arg(long)]
+    ci: bool,
+    /// Give up after this many seconds.
+    #[arg(long, default_value_t = 300)]
+    timeout: u64,
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let _ = std::fs::remove_dir_all(&cli.dir);
+    std::fs::create_dir_all(&cli.dir)?;
+    let dir = std::fs::canonicalize(&cli.dir)?;
+
+    println!("== Starting a local control plane and the Temporal dev server");
+    let env = TestEnv::start(&Options::default(), &dir).await?;
+    println!(
+        "   ready in {:.1}s (kubeconfig: {})",
+        env.startup.as_secs_f64(),
+        env.control_plane.kubeconfig_path.display()
+    );
+    let client = env.client().await?;
+    twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
+    let worker = twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
+    env.pod_runner
+        .register_image(IMAGE, LocalImage::new(worker));
+
+    println!("== Running the controller");
+    let (_, controller) = prepare(
+        client.clone(),
+        Config {
+            identity: "twc-demo".into(),
+            intervals: Intervals {
+                moving: Duration::from_secs(1),
+                steady: Duration::from_secs(10),
+            },
+            ..Default::default()
+        },
+    )
+    .await;
+    let controller = tokio::spawn(controller);
+
+    let result = demo(&env, &client, &cli).await;
+    controller.abort();
+    match &result {
+        Ok(()) => println!("\n== Done; stopping everything."),
+        Err(e) => println!("\n== Demo failed: {e:#}\n   logs: {}", dir.display()),
+    }
+    drop(env);
+    result
+}
+
+async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
+    let temporal_ns = env.temporal_namespace().await?;
+    println!(
+        "== Creating ClusterConnection 'temporal' -> {}",
+        env.temporal.address
+    );
+    let cc: ClusterConnection = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+        "metadata": {"name": "temporal"},
+        "spec": {"hostPort": env.temporal.address}
+    }))?;
+    Api::<ClusterConnection>::all(client.clone())
+        .create(&PostParams::default(), &cc)
+        .await?;
+    let ns = twc_testenv::control_plane::create_namespace(client, NS).await?;
+    println!("== Creating WorkerDeployment {ns}/{NAME} with image {IMAGE}:v1");
+    let wd: WorkerDeployment = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": NAME},
+        "spec": {
+            "replicas": 2,
+            "workerOptions": {
+                "connectionRef": {"objectRef": {"kind": "ClusterConnection", "name": "temporal"}},
+                "temporalNamespace": temporal_ns
+            },
+            "rollout": {"strategy": "Progressive", "steps": [
+                {"rampPercentage": 25, "pauseDuration": "30s"},
+                {"rampPercentage": 75, "pauseDuration": "30s"}
+            ]},
+            "sunset": {"scaledownDelay": "5s", "deleteDelay": "5s"},
+            "template": {"spec": {"terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "worker", "image": format!("{IMAGE}:v1")}]}}
+        }
+    }))?;
+    let wds: Api<WorkerDeployment> = Api::namespaced(client.clone(), &ns);
+    wds.create(&PostParams::default(), &wd).await?;
+
+    let deadline = Instant::now() + Duration::from_secs(cli.timeout);
+    let started = Instant::now();
+    let v1 = watch(client, &ns, &temporal_ns, env, started, deadline, |s| {
+        s.current.is_some() && s.current == s.target
+    })
+    .await?
+    .current
+    .unwrap_or_default();
+    println!(
+        "== v1 ({v1}) is current. Starting {PINNED_WORKFLOWS} workflows of {WORKFLOW_SECONDS}s, pinned to v1"
+    );
+    let temporal = temporal_connection(&env.temporal.address).await?;
+    for i in 0..PINNED_WORKFLOWS {
+        start_sleep(&temporal, &temporal_ns, &format!("pinned-{i}")).await?;
+    }
+
+    println!("== Changing the image to v2 (Progressive: 25% for 30s, 75% for 30s, then current)");
+    wds.patch(
+        NAME,
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(json!([{
+            "op": "replace",
+            "path": "/spec/template/spec/containers/0/image",
+            "value": format!("{IMAGE}:v2")
+        }]))?),
+    )
+    .await?;
+    let end = watch(client, &ns, &temporal_ns, env, started, deadline, |s| {
+        s.current.as_deref().is_some_and(|c| c != v1)
+            && s.current == s.target
+            && !s.versions.contains_key(&v1)
+            && !s.temporal_versions.contains(&v1)
+    })
+    .await?;
+    let v2 = end.current.clone().unwrap_or_default();
+    println!(
+        "== v2 ({v2}) is current; v1 drained, was scaled down, and is deleted from Kubernetes and Temporal"
+    );
+    if cli.ci {
+        if v2 == v1 || !end.versions.contains_key(&v2) {
+            bail!("unexpected final state: {end:?}");
+        }
+        println!("final state checked: current={v2}, v1 gone");
+    }
+    Ok(())
+}
+
+/// What the demo shows, read from the API and Temporal.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Snapshot {
+    target: Option<String>,
+    target_status: Option<VersionStatus>,
+    ramp: Option<f32>,
+    current: Option<String>,
+    /// build ID -> (status, ready pods, desired pods)
+    versions: BTreeMap<String, (String, i32, i32)>,
+    temporal_versions: Vec<String>,
+    running_workflows: i64,
+}
+
+impl Snapshot {
+    fn line(&self) -> String {
+        let mut parts = vec![format!(
+            "target {} {}{}",
+            self.target.as_deref().unwrap_or("-"),
+            self.target_status
+                .map(|s| format!("{s:?}"))
+                .unwrap_or_default(),
+            self.ramp.map(|r| format!(" {r}%")).unwrap_or_default()
+        )];
+        parts.push(format!(
+            "current {}",
+            self.current.as_deref().unwrap_or("-")
+        ));
+        let versions: Vec<String> = self
+            .versions
+            .iter()
+            .map(|(b, (s, ready, want))| format!("{b} {s} {ready}/{want} pods"))
+            .collect();
+        parts.push(format!("deployments: {}", versions.join(", ")));
+        parts.push(format!("open workflows: {}", self.running_workflows));
+        parts.join(" | ")
+    }
+}
+
+async fn snapshot(
+    client: &Client,
+    ns: &str,
+    temporal_ns: &str,
+    temporal: &Connection,
+) -> anyhow::Result<Snapshot> {
+    let wd = Api::<WorkerDeployment>::namespaced(client.clone(), ns)
+        .get(NAME)
+        .await?;
+    let status = wd.status.unwrap_or_default();
+    let mut s = Snapshot {
+        target: status
+            .target_version
+            .as_ref()
+            .map(|t| t.base.build_id.clone()),
+        target_status: status.target_version.as_ref().map(|t| t.base.status),
+        ramp: status
+            .target_version
+            .as_ref()
+            .and_then(|t| t.ramp_percentage),
+        current: status
+            .current_version
+            .as_ref()
+            .map(|c| c.base.build_id.clone()),
+        ..Default::default()
+    };
+    let mut statuses: BTreeMap<String, String> = BTreeMap::new();
+    for v in status.deprecated_versions.iter().map(|d| &d.base).chain(
+        status
+            .target_version
+            .iter()
+            .map(|t| &t.base)
+            .chain(status.current_version.iter().map(|c| &c.base)),
+    ) {
+        statuses.insert(v.build_id.clone(), format!("{:?}", v.status));
+    }
+    let deployments = Api::<Deployment>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&format!("temporal.io/deployment-name={NAME}")))
+        .await?;
+    for d in deployments.items {
+        let build = d
+            .labels()
+            .get("temporal.io/build-id")
+            .cloned()
+            .unwrap_or_default();
+        let ready = d
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        let st = statuses.get(&build).cloned().unwrap_or_else(|| "?".into());
+        s.versions.insert(build, (st, ready, want));
+    }
+    let deployment_name = format!("{ns}/{NAME}");
+    if let Ok(state) =
+        twc_controller::temporal::describe(temporal, temporal_ns, &deployment_name).await
+    {
+        s.temporal_versions = state.versions.keys().cloned().collect();
+    }
+    let mut svc = temporal.workflow_service();
+    s.running_workflows = svc
+        .count_workflow_executions(tonic::Request::new(CountWorkflowExecutionsRequest {
+            namespace: temporal_ns.to_string(),
+            query: "ExecutionStatus='Running'".into(),
+        }))
+        .await
+        .map(|r| r.into_inner().count)
+        .unwrap_or(-1);
+    Ok(s)
+}
+
+/// Prints each new state until `done` holds.
+async fn watch(
+    client: &Client,
+    ns: &str,
+    temporal_ns: &str,
+    env: &TestEnv,
+    started: Instant,
+    deadline: Instant,
+    done: impl Fn(&Snapshot) -> bool,
+) -> anyhow::Result<Snapshot> {
+    let temporal = temporal_connection(&env.temporal.address).await?;
+    let mut last = String::new();
+    loop {
+        env.check_running()?;
+        let s = snapshot(client, ns, temporal_ns, &temporal).await?;
+        let line = s.line();
+        if line != last {
+            println!("[{:>5.1}s] {line}", started.elapsed().as_secs_f64());
+            last = line;
+        }
+        if done(&s) {
+            return Ok(s);
+        }
+        if Instant::now() > deadline {
+            bail!("timed out; last state: {last}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+async fn temporal_connection(address: &str) -> anyhow::Result<Connection> {
+    let url = Url::from_str(&format!("http://{address}"))?;
+    Connection::connect(
+        ConnectionOptions::new(url)
+            .identity("twc-demo".to_string())
+            .build(),
+    )
+    .await
+    .context("connecting to Temporal")
+}
+
+async fn start_sleep(conn: &Connection, namespace: &str, id: &str) -> anyhow::Result<()> {
+    let mut svc = conn.workflow_service();
+    let payload = Payload {
+        metadata: [("encoding".to_string(), b"json/plain".to_vec())].into(),
+        data: WORKFLOW_SECONDS.to_string().into_bytes(),
+        ..Default::default()
+    };
+    svc.start_workflow_execution(tonic::Request::new(StartWorkflowExecutionRequest {
+        namespace: namespace.to_string(),
+        workflow_id: id.to_string(),
+        request_id: id.to_string(),
+        workflow_type: Some(WorkflowType {
+            name: "Sleep".into(),
+        }),
+        task_queue: Some(TaskQueue {
+            name: NAME.into(),
+            ..Default::default()
+        }),
+        input: Some(Payloads {
+            payloads: vec![payload],
+        }),
+        identity: "twc-demo".into(),
+        ..Default::default()
+    }))
+    .await
+    .with_context(|| format!("starting workflow {id}"))?;
+    Ok(())
+}
