@@ -131,6 +131,10 @@ pub fn plan(
         let status = status_of(state, build);
         let is_target = *build == target;
         let is_current = current.as_deref() == Some(build.as_str());
+        if state.ramping_build_id.as_deref() == Some(build.as_str()) && !is_target && !is_current {
+            // Routed to, whatever its summary says: never scaled down or deleted.
+            continue;
+        }
         if is_target || is_current {
             match spec.replicas {
                 Some(r) if d.spec_replicas != Some(r) => plan.scale.push((d.name.clone(), r)),
@@ -186,9 +190,12 @@ pub fn plan(
     }
     // Drained Temporal versions whose Deployment is already gone: remove the version record.
     for (build, v) in &state.versions {
+        let routed = current.as_deref() == Some(build.as_str())
+            || state.ramping_build_id.as_deref() == Some(build.as_str());
         if v.status == VersionStatus::Drained
             && !observed.deployments.contains_key(build)
             && *build != target
+            && !routed
         {
             plan.delete_versions.push(build.clone());
         }

@@ -316,3 +316,148 @@ fn a_connection_change_re_applies_the_target() {
     o.deployments.insert(target, d);
     assert_eq!(plan(&wd, &conn(), ME, &o).apply.len(), 1);
 }
+
+mod invariants {
+    //! Safety invariants of the planner over random observed states.
+
+    use super::*;
+    use proptest::prelude::*;
+
+    const STATUSES: [VersionStatus; 6] = [
+        VersionStatus::NotRegistered,
+        VersionStatus::Inactive,
+        VersionStatus::Ramping,
+        VersionStatus::Current,
+        VersionStatus::Draining,
+        VersionStatus::Drained,
+    ];
+
+    #[derive(Debug, Clone)]
+    struct Case {
+        strategy: &'static str,
+        replicas: Option<i32>,
+        /// Per other build: (status index, has deployment, replicas, available, drained secs ago)
+        others: Vec<(usize, bool, Option<i32>, bool, u64)>,
+        target: (usize, bool, bool),
+        current: Option<usize>,
+        ramping: Option<usize>,
+        manager: usize,
+        now: u64,
+    }
+
+    fn case() -> impl Strategy<Value = Case> {
+        (
+            prop::sample::select(vec!["Manual", "AllAtOnce", "Progressive"]),
+            prop::option::of(0..4i32),
+            prop::collection::vec(
+                (
+                    0..6usize,
+                    any::<bool>(),
+                    prop::option::of(0..3i32),
+                    any::<bool>(),
+                    0..200_000u64,
+                ),
+                0..5,
+            ),
+            (0..6usize, any::<bool>(), any::<bool>()),
+            prop::option::of(0..6usize),
+            prop::option::of(0..6usize),
+            0..3usize,
+            0..100_000u64,
+        )
+            .prop_map(
+                |(strategy, replicas, others, target, current, ramping, manager, now)| Case {
+                    strategy,
+                    replicas,
+                    others,
+                    target,
+                    current,
+                    ramping,
+                    manager,
+                    now,
+                },
+            )
+    }
+
+    fn build(i: usize) -> String {
+        format!("old-{i}")
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+        #[test]
+        fn the_planner_never_breaks_safety(c in case()) {
+            let mut w = wd(c.strategy, "w:v9");
+            w.spec.replicas = c.replicas;
+            let target = target_of(&w);
+            let now = t(300_000 + c.now);
+            let mut o = observed(now);
+            o.temporal.exists = true;
+            o.temporal.manager_identity = ["", ME, "someone-else"][c.manager].to_string();
+            let (t_status, t_has_dep, t_available) = c.target;
+            let mut builds = vec![target.clone()];
+            if t_status > 0 {
+                o.temporal.versions.insert(target.clone(), version(STATUSES[t_status]));
+            }
+            if t_has_dep {
+                let mut d = deployment(&w, &target, c.replicas);
+                if !t_available { d.available_since = None; }
+                o.deployments.insert(target.clone(), d);
+            }
+            for (i, (s, has_dep, replicas, available, ago)) in c.others.iter().enumerate() {
+                let b = build(i);
+                builds.push(b.clone());
+                if *s > 0 {
+                    o.temporal.versions.insert(b.clone(), VersionInfo {
+                        status: STATUSES[*s],
+                        drainage_changed_at: Some(t(300_000 + c.now).checked_sub(Duration::from_secs(*ago)).unwrap_or(now)),
+                        ..Default::default()
+                    });
+                }
+                if *has_dep {
+                    let mut d = deployment(&w, &b, *replicas);
+                    if !available { d.available_since = None; }
+                    o.deployments.insert(b, d);
+                }
+            }
+            o.temporal.current_build_id = c.current.and_then(|i| builds.get(i).cloned());
+            o.temporal.ramping_build_id = c.ramping.and_then(|i| builds.get(i).cloned());
+
+            let p = plan(&w, &conn(), ME, &o);
+            let status = |b: &str| o.temporal.versions.get(b).map(|v| v.status).unwrap_or(VersionStatus::NotRegistered);
+            let build_of = |name: &str| o.deployments.values().find(|d| d.name == name).map(|d| d.build_id.clone()).unwrap_or_default();
+
+            // Never route to a version with no pollers or an unhealthy Deployment.
+            if let Some(Routing::SetCurrent(b) | Routing::SetRamp(b, _)) = &p.routing {
+                prop_assert_ne!(status(b), VersionStatus::NotRegistered);
+                prop_assert!(o.deployments.get(b).is_some_and(|d| d.available_since.is_some()));
+            }
+            // Never take routing from a foreign manager; Manual never routes.
+            if c.manager == 2 || c.strategy == "Manual" {
+                prop_assert!(p.routing.is_none());
+                prop_assert!(!p.claim_manager);
+            }
+            // Never scale to zero or delete a Draining, Current or Ramping version, nor the target.
+            let protected = |b: &str| {
+                matches!(status(b), VersionStatus::Draining | VersionStatus::Current | VersionStatus::Ramping)
+                    || o.temporal.current_build_id.as_deref() == Some(b)
+                    || o.temporal.ramping_build_id.as_deref() == Some(b)
+                    || b == target
+            };
+            for (name, replicas) in &p.scale {
+                let b = build_of(name);
+                if *replicas == 0 {
+                    prop_assert!(!protected(&b) || c.replicas == Some(0), "scaled {} ({:?}) to 0", b, status(&b));
+                }
+            }
+            for name in &p.delete_deployments {
+                let b = build_of(name);
+                prop_assert!(!protected(&b), "deleted {} ({:?})", b, status(&b));
+            }
+            for b in &p.delete_versions {
+                prop_assert!(!protected(b), "deleted version {} ({:?})", b, status(b));
+                prop_assert_eq!(status(b), VersionStatus::Drained);
+            }
+        }
+    }
+}
