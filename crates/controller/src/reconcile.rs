@@ -170,6 +170,9 @@ pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
             "{e}"
         );
     }
+    for (reason, note) in transitions(&previous, &new_status) {
+        ctx.event(&wd, EventType::Normal, reason, note).await;
+    }
     write_status(&ctx.client, &wd, &previous, new_status).await?;
     Ok(action)
 }
@@ -429,6 +432,47 @@ async fn execute(
     Ok(())
 }
 
+/// Normal events for version transitions between two statuses: a version registered in
+/// Temporal (its workers poll) and a version drained.
+pub fn transitions(
+    before: &WorkerDeploymentStatus,
+    after: &WorkerDeploymentStatus,
+) -> Vec<(&'static str, String)> {
+    let versions = |s: &WorkerDeploymentStatus| -> BTreeMap<String, VersionStatus> {
+        s.target_version
+            .iter()
+            .map(|t| &t.base)
+            .chain(s.current_version.iter().map(|c| &c.base))
+            .chain(s.deprecated_versions.iter().map(|d| &d.base))
+            .map(|b| (b.build_id.clone(), b.status))
+            .collect()
+    };
+    let (old, new) = (versions(before), versions(after));
+    let mut out = Vec::new();
+    for (build, status) in &new {
+        let was = old
+            .get(build)
+            .copied()
+            .unwrap_or(VersionStatus::NotRegistered);
+        if was == VersionStatus::NotRegistered && *status != VersionStatus::NotRegistered {
+            out.push((
+                "VersionRegistered",
+                format!("workers of buildID {build} poll Temporal; the version is registered"),
+            ));
+        }
+        if *status == VersionStatus::Drained
+            && was != VersionStatus::Drained
+            && old.contains_key(build)
+        {
+            out.push((
+                "VersionDrained",
+                format!("buildID {build} has no open pinned workflows left"),
+            ));
+        }
+    }
+    out
+}
+
 /// Mirrors a successful SetCurrent in the observed state, so the status written now shows it.
 fn promote_locally(state: &mut DeploymentState, build: &str) {
     if let Some(old) = state.current_build_id.replace(build.to_string())
@@ -660,4 +704,66 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
 pub fn error_policy(_wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
     Action::requeue(ctx.intervals.moving * 5)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twc_api::{
+        BaseWorkerDeploymentVersion, DeprecatedWorkerDeploymentVersion,
+        TargetWorkerDeploymentVersion,
+    };
+
+    fn target(build: &str, status: VersionStatus) -> WorkerDeploymentStatus {
+        WorkerDeploymentStatus {
+            target_version: Some(TargetWorkerDeploymentVersion {
+                base: BaseWorkerDeploymentVersion {
+                    build_id: build.into(),
+                    status,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn events_for_registration_and_drainage_fire_once() {
+        let reasons = |a, b| {
+            transitions(&a, &b)
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reasons(
+                target("v1", VersionStatus::NotRegistered),
+                target("v1", VersionStatus::Inactive)
+            ),
+            vec!["VersionRegistered"]
+        );
+        assert!(
+            reasons(
+                target("v1", VersionStatus::Inactive),
+                target("v1", VersionStatus::Current)
+            )
+            .is_empty()
+        );
+        let mut before = target("v2", VersionStatus::Current);
+        before
+            .deprecated_versions
+            .push(DeprecatedWorkerDeploymentVersion {
+                base: BaseWorkerDeploymentVersion {
+                    build_id: "v1".into(),
+                    status: VersionStatus::Draining,
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+        let mut after = before.clone();
+        after.deprecated_versions[0].base.status = VersionStatus::Drained;
+        assert_eq!(reasons(before, after.clone()), vec!["VersionDrained"]);
+        assert!(reasons(after.clone(), after).is_empty());
+    }
 }
