@@ -45,6 +45,14 @@ enum Command {
         /// Poll interval when nothing moves, in seconds.
         #[arg(long, env = "TWC_STEADY_POLL_SECONDS", default_value_t = 60)]
         steady_poll_seconds: u64,
+        /// Do not create a new version while this many versions cannot be deleted (75% of the
+        /// server's matching.maxVersionsInDeployment, 100 by default).
+        #[arg(
+            long,
+            env = "CONTROLLER_MAX_DEPLOYMENT_VERSIONS_INELIGIBLE_FOR_DELETION",
+            default_value_t = 75
+        )]
+        max_undeletable_versions: usize,
         #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Log filter, e.g. `info` or `twc_controller=debug,info`.
@@ -78,6 +86,7 @@ fn main() -> anyhow::Result<()> {
             identity,
             fast_poll_seconds,
             steady_poll_seconds,
+            max_undeletable_versions,
             log_format,
             log_level,
         } => {
@@ -98,6 +107,9 @@ fn main() -> anyhow::Result<()> {
                     intervals: twc_controller::reconcile::Intervals {
                         moving: Duration::from_secs(fast_poll_seconds.max(1)),
                         steady: Duration::from_secs(steady_poll_seconds.max(1)),
+                    },
+                    limits: twc_controller::plan::Limits {
+                        max_undeletable_versions,
                     },
                     ..Default::default()
                 };

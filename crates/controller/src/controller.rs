@@ -45,6 +45,8 @@ pub struct Config {
     pub reporter: String,
     /// Reconciles of one kind that may run at once.
     pub concurrency: u16,
+    /// Limits the planner respects.
+    pub limits: crate::plan::Limits,
 }
 
 impl Default for Config {
@@ -55,6 +57,7 @@ impl Default for Config {
             intervals: Intervals::default(),
             reporter: "temporal-worker-controller".into(),
             concurrency: 32,
+            limits: Default::default(),
         }
     }
 }
@@ -322,6 +325,7 @@ async fn run_controllers(
         secret_meta: Scoped::new(sec_stores.clone()),
         recorder,
         intervals: config.intervals,
+        limits: config.limits,
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),

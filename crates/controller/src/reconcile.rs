@@ -50,6 +50,7 @@ pub struct Context {
     pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
     pub recorder: Recorder,
     pub intervals: Intervals,
+    pub limits: plan::Limits,
 }
 
 impl Context {
@@ -218,7 +219,7 @@ async fn pipeline(
         deployments: owned_deployments(wd, &ctx.deployments),
         temporal: state,
     };
-    let plan = plan::plan(wd, &resolved.spec, ctx.identity(), &observed);
+    let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
     execute(
         wd,
         ctx,

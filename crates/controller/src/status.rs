@@ -124,7 +124,10 @@ pub fn rollout_conditions(
             "False",
             "True",
             reason::WAITING_FOR_POLLERS,
-            format!("waiting for workers of buildID {build} to poll Temporal"),
+            match blocked {
+                Some(b) => b.to_string(),
+                None => format!("waiting for workers of buildID {build} to poll Temporal"),
+            },
         ),
         _ => (
             "False",

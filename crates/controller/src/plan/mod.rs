@@ -86,12 +86,40 @@ fn parse_delay(value: &Option<String>, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
+/// Limits the planner respects.
+#[derive(Clone, Copy, Debug)]
+pub struct Limits {
+    /// No new version is created while this many versions cannot be deleted: the server keeps
+    /// at most `matching.maxVersionsInDeployment` (100) versions and only deletes drained ones
+    /// without pollers, so a new version would never register. Default 75, as TWC.
+    pub max_undeletable_versions: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_undeletable_versions: 75,
+        }
+    }
+}
+
 /// Plans one reconcile of `wd` through connection `conn`, as controller `identity`.
 pub fn plan(
     wd: &WorkerDeployment,
     conn: &ConnectionSpec,
     identity: &str,
     observed: &Observed,
+) -> Plan {
+    plan_with(wd, conn, identity, observed, &Limits::default())
+}
+
+/// [`plan`] with explicit limits.
+pub fn plan_with(
+    wd: &WorkerDeployment,
+    conn: &ConnectionSpec,
+    identity: &str,
+    observed: &Observed,
+    limits: &Limits,
 ) -> Plan {
     let now = observed.now.unwrap_or_else(SystemTime::now);
     let spec = &wd.spec;
@@ -110,7 +138,27 @@ pub fn plan(
     let desired_conn_hash = deployment::connection_hash(conn);
     let desired_digest = build_id::template_digest(&spec.template);
     match observed.deployments.get(&target) {
-        None => plan.apply.push(desired),
+        None => {
+            let undeletable = undeletable_versions(observed, &target);
+            if undeletable.len() >= limits.max_undeletable_versions
+                && !state.versions.contains_key(&target)
+            {
+                let shown: Vec<&str> = undeletable.iter().take(10).map(String::as_str).collect();
+                plan.blocked = Some(format!(
+                    "not creating buildID {target}: {} versions cannot be deleted yet (limit {}), so the server would not register another; waiting for some to drain and stop: {}{}",
+                    undeletable.len(),
+                    limits.max_undeletable_versions,
+                    shown.join(", "),
+                    if undeletable.len() > shown.len() {
+                        ", ..."
+                    } else {
+                        ""
+                    }
+                ));
+            } else {
+                plan.apply.push(desired);
+            }
+        }
         Some(d) => {
             let custom = spec.worker_options.unsafe_custom_build_id.is_some();
             let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
@@ -211,6 +259,22 @@ pub fn plan(
     plan.moving |= (current.as_deref() != Some(target.as_str()) && !target_scaled_to_zero)
         || plan.routing.is_some();
     plan
+}
+
+/// Versions Temporal cannot delete to make room: anything but Drained, or Drained with running
+/// workers. Sorted.
+fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
+    observed
+        .temporal
+        .versions
+        .iter()
+        .filter(|(b, _)| b.as_str() != target)
+        .filter(|(b, v)| {
+            v.status != VersionStatus::Drained
+                || observed.deployments.get(*b).is_some_and(|d| d.replicas > 0)
+        })
+        .map(|(b, _)| b.clone())
+        .collect()
 }
 
 fn routing(

@@ -317,6 +317,43 @@ fn a_connection_change_re_applies_the_target() {
     assert_eq!(plan(&wd, &conn(), ME, &o).apply.len(), 1);
 }
 
+#[test]
+fn no_new_version_while_too_many_cannot_be_deleted() {
+    let wd = wd("AllAtOnce", "w:v9");
+    let mut o = observed(t(0));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some("v4".into());
+    for (b, s) in [
+        ("v0", VersionStatus::Drained),
+        ("v1", VersionStatus::Drained),
+        ("v2", VersionStatus::Draining),
+        ("v3", VersionStatus::Inactive),
+        ("v4", VersionStatus::Current),
+    ] {
+        o.temporal.versions.insert(b.into(), version(s));
+    }
+    // v1 is drained but its workers still run, so the server cannot delete it.
+    o.deployments
+        .insert("v1".into(), deployment(&wd, "v1", Some(1)));
+    let limits = Limits {
+        max_undeletable_versions: 4,
+    };
+    let p = plan_with(&wd, &conn(), ME, &o, &limits);
+    assert!(p.apply.is_empty(), "must not create the new version");
+    let why = p.blocked.unwrap_or_default();
+    assert!(
+        why.contains("4 versions cannot be deleted yet (limit 4)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("v1, v2, v3, v4"),
+        "names the blocking versions: {why}"
+    );
+    // One more drained and stopped version frees a slot.
+    o.deployments.remove("v1");
+    assert_eq!(plan_with(&wd, &conn(), ME, &o, &limits).apply.len(), 1);
+}
+
 mod invariants {
     //! Safety invariants of the planner over random observed states.
 
