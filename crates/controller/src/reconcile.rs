@@ -20,7 +20,7 @@ use crate::error::{Error, Result, kube_message};
 use crate::plan::{self, Observed, Plan, Routing, build_id};
 use crate::scoped::Scoped;
 use crate::status;
-use crate::temporal::{self, Code, DeploymentState, pool::ClientPool};
+use crate::temporal::{self, Code, DeploymentState, WorkerDeploymentRef, pool::ClientPool};
 
 /// The field manager of every write.
 pub const MANAGER: &str = "temporal-worker-controller";
@@ -202,7 +202,13 @@ async fn pipeline(
     )
     .await?;
     let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
-    let state = match temporal::describe(&conn, &temporal_ns, &deployment_name).await {
+    let target = WorkerDeploymentRef {
+        conn: &conn,
+        namespace: &temporal_ns,
+        name: &deployment_name,
+        identity: ctx.identity(),
+    };
+    let state = match target.describe().await {
         Ok(s) => s,
         Err(status) => {
             if temporal::is_connection_error(&status) {
@@ -220,21 +226,13 @@ async fn pipeline(
         temporal: state,
     };
     let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
-    execute(
-        wd,
-        ctx,
-        &conn,
-        &temporal_ns,
-        &deployment_name,
-        &plan,
-        &mut observed,
-    )
-    .await
-    .inspect_err(|e| {
-        if let Error::PlanExecutionFailed(_) = e {
-            tracing::debug!("plan execution failed: {e}");
-        }
-    })?;
+    execute(wd, ctx, &target, &plan, &mut observed)
+        .await
+        .inspect_err(|e| {
+            if let Error::PlanExecutionFailed(_) = e {
+                tracing::debug!("plan execution failed: {e}");
+            }
+        })?;
     let status = status::versions(wd, &plan.target_build_id, &observed);
     Ok(Outcome { status, plan })
 }
@@ -257,9 +255,7 @@ fn owned_deployments(
 async fn execute(
     wd: &WorkerDeployment,
     ctx: &Context,
-    conn: &temporalio_client::Connection,
-    temporal_ns: &str,
-    deployment_name: &str,
+    temporal: &WorkerDeploymentRef<'_>,
     plan: &Plan,
     observed: &mut Observed,
 ) -> Result<()> {
@@ -344,9 +340,7 @@ async fn execute(
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
         // other refusal just means "later".
-        match temporal::delete_version(conn, temporal_ns, deployment_name, build, false, identity)
-            .await
-        {
+        match temporal.delete_version(build, false).await {
             Ok(()) => {
                 observed.temporal.versions.remove(build);
                 ctx.event(
@@ -363,10 +357,11 @@ async fn execute(
     if let Some(routing) = &plan.routing {
         let mut token = observed.temporal.conflict_token.clone();
         let fail = |what: &str, s: temporal::Status| {
-            Error::PlanExecutionFailed(format!("{what} for {deployment_name}: {}", s.message()))
+            Error::PlanExecutionFailed(format!("{what} for {}: {}", temporal.name, s.message()))
         };
         if plan.claim_manager {
-            token = temporal::claim_manager(conn, temporal_ns, deployment_name, token, identity)
+            token = temporal
+                .claim_manager(token)
                 .await
                 .map_err(|s| fail("SetWorkerDeploymentManager", s))?;
             observed.temporal.manager_identity = identity.to_string();
@@ -374,17 +369,10 @@ async fn execute(
         let state = &mut observed.temporal;
         match routing {
             Routing::SetCurrent(build) => {
-                temporal::set_current(
-                    conn,
-                    temporal_ns,
-                    deployment_name,
-                    build,
-                    token,
-                    identity,
-                    false,
-                )
-                .await
-                .map_err(|s| fail("SetWorkerDeploymentCurrentVersion", s))?;
+                temporal
+                    .set_current(build, token, false)
+                    .await
+                    .map_err(|s| fail("SetWorkerDeploymentCurrentVersion", s))?;
                 promote_locally(state, build);
                 ctx.event(
                     wd,
@@ -395,17 +383,10 @@ async fn execute(
                 .await;
             }
             Routing::SetRamp(build, pct) => {
-                temporal::set_ramping(
-                    conn,
-                    temporal_ns,
-                    deployment_name,
-                    build,
-                    *pct,
-                    token,
-                    identity,
-                )
-                .await
-                .map_err(|s| fail("SetWorkerDeploymentRampingVersion", s))?;
+                temporal
+                    .set_ramping(build, *pct, token)
+                    .await
+                    .map_err(|s| fail("SetWorkerDeploymentRampingVersion", s))?;
                 state.ramping_build_id = Some(build.clone());
                 state.ramp_percentage = *pct;
                 state.ramp_changed_at = Some(SystemTime::now());
@@ -421,7 +402,8 @@ async fn execute(
                 .await;
             }
             Routing::ClearRamp => {
-                temporal::set_ramping(conn, temporal_ns, deployment_name, "", 0.0, token, identity)
+                temporal
+                    .set_ramping("", 0.0, token)
                     .await
                     .map_err(|s| fail("SetWorkerDeploymentRampingVersion", s))?;
                 state.ramping_build_id = None;
@@ -595,8 +577,15 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         Ok(Action::requeue(ctx.intervals.moving))
     };
     let mut temporal_state = None;
-    if let Some(conn) = &client {
-        let state = temporal::describe(conn, &temporal_ns, &deployment_name)
+    let target = client.as_ref().map(|conn| WorkerDeploymentRef {
+        conn,
+        namespace: &temporal_ns,
+        name: &deployment_name,
+        identity: &identity,
+    });
+    if let Some(target) = &target {
+        let state = target
+            .describe()
             .await
             .map_err(|s| Error::TemporalStateFetchFailed(s.message().to_string()))?;
         let foreign = !state.manager_identity.is_empty() && state.manager_identity != identity;
@@ -614,30 +603,16 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         } else if state.exists {
             let mut token = state.conflict_token.clone();
             if state.ramping_build_id.is_some() {
-                token = temporal::set_ramping(
-                    conn,
-                    &temporal_ns,
-                    &deployment_name,
-                    "",
-                    0.0,
-                    token,
-                    &identity,
-                )
-                .await
-                .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
+                token = target
+                    .set_ramping("", 0.0, token)
+                    .await
+                    .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
             }
             if state.current_build_id.is_some() {
-                temporal::set_current(
-                    conn,
-                    &temporal_ns,
-                    &deployment_name,
-                    "",
-                    token,
-                    &identity,
-                    true,
-                )
-                .await
-                .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
+                target
+                    .set_current("", token, true)
+                    .await
+                    .map_err(|s| Error::PlanExecutionFailed(s.message().to_string()))?;
             }
             temporal_state = Some(state);
         }
@@ -664,27 +639,16 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
     }
 
-    if let (Some(conn), Some(state)) = (&client, &temporal_state) {
+    if let (Some(target), Some(state)) = (&target, &temporal_state) {
         for build in state.versions.keys() {
-            if let Err(s) = temporal::delete_version(
-                conn,
-                &temporal_ns,
-                &deployment_name,
-                build,
-                true,
-                &identity,
-            )
-            .await
-            {
+            if let Err(s) = target.delete_version(build, true).await {
                 if s.code() == Code::FailedPrecondition {
                     return retry(format!("version {build}: {}", s.message()));
                 }
                 return Err(Error::PlanExecutionFailed(s.message().to_string()));
             }
         }
-        if let Err(s) =
-            temporal::delete_deployment(conn, &temporal_ns, &deployment_name, &identity).await
-        {
+        if let Err(s) = target.delete().await {
             if s.code() == Code::FailedPrecondition {
                 return retry(s.message().to_string());
             }

@@ -183,7 +183,7 @@ impl PodRunner {
                     Some(Ok(Event::Delete(pod))) => {
                         let key = key_of(&pod);
                         pending.remove(&key);
-                        self.forget(&key, false).await;
+                        self.forget(&key).await;
                     }
                     Some(Ok(_)) => {}
                     Some(Err(e)) => {
@@ -244,7 +244,7 @@ impl PodRunner {
             .and_then(|p| p.get(&key).map(|r| r.uid.clone()));
         match known_uid {
             Some(u) if u == uid => return,
-            Some(_) => self.forget(&key, false).await, // same name, new pod
+            Some(_) => self.forget(&key).await, // same name, new pod
             None => {}
         }
         match self.start_pod(&pod).await {
@@ -794,7 +794,7 @@ impl PodRunner {
         });
     }
 
-    async fn forget(&self, key: &str, _graceful: bool) {
+    async fn forget(&self, key: &str) {
         let running = self.inner.pods.lock().ok().and_then(|mut p| p.remove(key));
         if let Some(mut running) = running {
             let _ = tokio::task::spawn_blocking(move || {

@@ -140,134 +140,129 @@ pub async fn describe(
     })
 }
 
-/// `SetWorkerDeploymentManager(self)`; returns the new conflict token.
-pub async fn claim_manager(
-    conn: &Connection,
-    namespace: &str,
-    deployment: &str,
-    token: Vec<u8>,
-    identity: &str,
-) -> Result<Vec<u8>, Status> {
-    let mut svc = conn.workflow_service();
-    Ok(svc
-        .set_worker_deployment_manager(tonic::Request::new(SetWorkerDeploymentManagerRequest {
-            namespace: namespace.to_string(),
-            deployment_name: deployment.to_string(),
+/// One worker deployment in one Temporal namespace, written to as `identity`.
+#[derive(Clone, Copy)]
+pub struct WorkerDeploymentRef<'a> {
+    pub conn: &'a Connection,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub identity: &'a str,
+}
+
+impl WorkerDeploymentRef<'_> {
+    fn version(&self, build_id: &str) -> Option<PbVersion> {
+        Some(PbVersion {
+            deployment_name: self.name.to_string(),
+            build_id: build_id.to_string(),
+        })
+    }
+
+    /// `DescribeWorkerDeployment`; `NotFound` becomes an empty state.
+    pub async fn describe(&self) -> Result<DeploymentState, Status> {
+        describe(self.conn, self.namespace, self.name).await
+    }
+
+    /// `SetWorkerDeploymentManager(self)`; returns the new conflict token.
+    pub async fn claim_manager(&self, token: Vec<u8>) -> Result<Vec<u8>, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = SetWorkerDeploymentManagerRequest {
+            namespace: self.namespace.to_string(),
+            deployment_name: self.name.to_string(),
             new_manager_identity: Some(NewManagerIdentity::Self_(true)),
             conflict_token: token,
-            identity: identity.to_string(),
-        }))
-        .await?
-        .into_inner()
-        .conflict_token)
-}
-
-/// `SetWorkerDeploymentCurrentVersion`; `build_id` "" means unversioned.
-pub async fn set_current(
-    conn: &Connection,
-    namespace: &str,
-    deployment: &str,
-    build_id: &str,
-    token: Vec<u8>,
-    identity: &str,
-    ignore_missing_task_queues: bool,
-) -> Result<Vec<u8>, Status> {
-    let mut svc = conn.workflow_service();
-    Ok(svc
-        .set_worker_deployment_current_version(tonic::Request::new(
-            SetWorkerDeploymentCurrentVersionRequest {
-                namespace: namespace.to_string(),
-                deployment_name: deployment.to_string(),
-                build_id: build_id.to_string(),
-                conflict_token: token,
-                identity: identity.to_string(),
-                ignore_missing_task_queues,
-                ..Default::default()
-            },
-        ))
-        .await?
-        .into_inner()
-        .conflict_token)
-}
-
-/// `SetWorkerDeploymentRampingVersion`; `build_id` "" with 0 clears the ramp.
-pub async fn set_ramping(
-    conn: &Connection,
-    namespace: &str,
-    deployment: &str,
-    build_id: &str,
-    percentage: f32,
-    token: Vec<u8>,
-    identity: &str,
-) -> Result<Vec<u8>, Status> {
-    let mut svc = conn.workflow_service();
-    Ok(svc
-        .set_worker_deployment_ramping_version(tonic::Request::new(
-            SetWorkerDeploymentRampingVersionRequest {
-                namespace: namespace.to_string(),
-                deployment_name: deployment.to_string(),
-                build_id: build_id.to_string(),
-                percentage,
-                conflict_token: token,
-                identity: identity.to_string(),
-                ..Default::default()
-            },
-        ))
-        .await?
-        .into_inner()
-        .conflict_token)
-}
-
-/// `DeleteWorkerDeploymentVersion`; deleting a missing version succeeds.
-pub async fn delete_version(
-    conn: &Connection,
-    namespace: &str,
-    deployment: &str,
-    build_id: &str,
-    skip_drainage: bool,
-    identity: &str,
-) -> Result<(), Status> {
-    let mut svc = conn.workflow_service();
-    match svc
-        .delete_worker_deployment_version(tonic::Request::new(
-            DeleteWorkerDeploymentVersionRequest {
-                namespace: namespace.to_string(),
-                deployment_version: Some(PbVersion {
-                    deployment_name: deployment.to_string(),
-                    build_id: build_id.to_string(),
-                }),
-                skip_drainage,
-                identity: identity.to_string(),
-                ..Default::default()
-            },
-        ))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(s) if s.code() == Code::NotFound => Ok(()),
-        Err(s) => Err(s),
+            identity: self.identity.to_string(),
+        };
+        Ok(svc
+            .set_worker_deployment_manager(tonic::Request::new(request))
+            .await?
+            .into_inner()
+            .conflict_token)
     }
-}
 
-/// `DeleteWorkerDeployment`; deleting a missing deployment succeeds.
-pub async fn delete_deployment(
-    conn: &Connection,
-    namespace: &str,
-    deployment: &str,
-    identity: &str,
-) -> Result<(), Status> {
-    let mut svc = conn.workflow_service();
-    match svc
-        .delete_worker_deployment(tonic::Request::new(DeleteWorkerDeploymentRequest {
-            namespace: namespace.to_string(),
-            deployment_name: deployment.to_string(),
-            identity: identity.to_string(),
-        }))
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(s) if s.code() == Code::NotFound => Ok(()),
-        Err(s) => Err(s),
+    /// `SetWorkerDeploymentCurrentVersion`; `build_id` "" means unversioned.
+    pub async fn set_current(
+        &self,
+        build_id: &str,
+        token: Vec<u8>,
+        ignore_missing_task_queues: bool,
+    ) -> Result<Vec<u8>, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = SetWorkerDeploymentCurrentVersionRequest {
+            namespace: self.namespace.to_string(),
+            deployment_name: self.name.to_string(),
+            build_id: build_id.to_string(),
+            conflict_token: token,
+            identity: self.identity.to_string(),
+            ignore_missing_task_queues,
+            ..Default::default()
+        };
+        Ok(svc
+            .set_worker_deployment_current_version(tonic::Request::new(request))
+            .await?
+            .into_inner()
+            .conflict_token)
+    }
+
+    /// `SetWorkerDeploymentRampingVersion`; `build_id` "" with 0 clears the ramp.
+    pub async fn set_ramping(
+        &self,
+        build_id: &str,
+        percentage: f32,
+        token: Vec<u8>,
+    ) -> Result<Vec<u8>, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = SetWorkerDeploymentRampingVersionRequest {
+            namespace: self.namespace.to_string(),
+            deployment_name: self.name.to_string(),
+            build_id: build_id.to_string(),
+            percentage,
+            conflict_token: token,
+            identity: self.identity.to_string(),
+            ..Default::default()
+        };
+        Ok(svc
+            .set_worker_deployment_ramping_version(tonic::Request::new(request))
+            .await?
+            .into_inner()
+            .conflict_token)
+    }
+
+    /// `DeleteWorkerDeploymentVersion`; deleting a missing version succeeds.
+    pub async fn delete_version(&self, build_id: &str, skip_drainage: bool) -> Result<(), Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = DeleteWorkerDeploymentVersionRequest {
+            namespace: self.namespace.to_string(),
+            deployment_version: self.version(build_id),
+            skip_drainage,
+            identity: self.identity.to_string(),
+            ..Default::default()
+        };
+        match svc
+            .delete_worker_deployment_version(tonic::Request::new(request))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(s),
+        }
+    }
+
+    /// `DeleteWorkerDeployment`; deleting a missing deployment succeeds.
+    pub async fn delete(&self) -> Result<(), Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = DeleteWorkerDeploymentRequest {
+            namespace: self.namespace.to_string(),
+            deployment_name: self.name.to_string(),
+            identity: self.identity.to_string(),
+        };
+        match svc
+            .delete_worker_deployment(tonic::Request::new(request))
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) => Err(s),
+        }
     }
 }
 
