@@ -102,9 +102,8 @@ pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
     if !wd.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = wd.finalizers().to_vec();
         finalizers.push(FINALIZER.into());
-        patch_finalizers(&ctx.client, &wd, finalizers).await?;
         // The update event brings us back with the finalizer in place.
-        return Ok(Action::await_change());
+        return patch_finalizers(&ctx.client, &wd, finalizers).await;
     }
 
     let mut resolved_key: Option<ConnKey> = None;
@@ -504,12 +503,15 @@ async fn write_status(
     }
 }
 
-/// Writes `finalizers` with the object's resourceVersion as a precondition.
+/// Writes `finalizers` with the object's resourceVersion as a precondition. The returned
+/// action waits for the resulting change, or retries at once if the object had changed (the
+/// cached copy was stale): a lost update must never leave the reconciler waiting for an event
+/// that will not come.
 async fn patch_finalizers(
     client: &Client,
     wd: &WorkerDeployment,
     finalizers: Vec<String>,
-) -> Result<()> {
+) -> Result<Action> {
     let api: Api<WorkerDeployment> =
         Api::namespaced(client.clone(), &wd.namespace().unwrap_or_default());
     let patch = json!({"metadata": {
@@ -524,8 +526,11 @@ async fn patch_finalizers(
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 || s.code == 409 => Ok(()),
+        Ok(_) => Ok(Action::await_change()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(Action::await_change()),
+        Err(kube::Error::Api(s)) if s.code == 409 => {
+            Ok(Action::requeue(Duration::from_millis(200)))
+        }
         Err(e) => Err(e.into()),
     }
 }
@@ -542,19 +547,36 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
     let identity = ctx.identity().to_string();
 
+    // A WorkerDeployment that never read its state from Temporal has nothing there to clean
+    // up; its deletion must not wait for a connection that never worked.
+    let never_connected = wd
+        .status
+        .as_ref()
+        .is_none_or(|s| s.version_count.is_none() && s.current_version.is_none());
     let client = match connections::resolve(wd, &ctx.stores) {
-        Ok(resolved) => Some(
-            connections::temporal_client(
-                &ctx.client,
-                &ctx.pool,
-                &ctx.secret_meta,
-                &resolved,
-                &ns,
-                &temporal_ns,
-            )
-            .await?
-            .0,
-        ),
+        Ok(resolved) => match connections::temporal_client(
+            &ctx.client,
+            &ctx.pool,
+            &ctx.secret_meta,
+            &resolved,
+            &ns,
+            &temporal_ns,
+        )
+        .await
+        {
+            Ok((conn, _)) => Some(conn),
+            Err(e) if never_connected => {
+                ctx.event(
+                    wd,
+                    EventType::Warning,
+                    "CleanupSkipped",
+                    format!("{e}; this WorkerDeployment never reached Temporal, so there is nothing to clean up"),
+                )
+                .await;
+                None
+            }
+            Err(e) => return Err(e),
+        },
         Err(Error::ConnectionNotFound(msg)) | Err(Error::InvalidSpec(msg)) => {
             ctx.event(
                 wd,
@@ -661,8 +683,7 @@ async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .filter(|f| *f != FINALIZER)
         .cloned()
         .collect();
-    patch_finalizers(&ctx.client, wd, finalizers).await?;
-    Ok(Action::await_change())
+    patch_finalizers(&ctx.client, wd, finalizers).await
 }
 
 /// The error policy: real failures back off; the status already says why.

@@ -328,6 +328,8 @@ async fn tenants_behind_one_cluster_connection_never_share_credentials() -> Test
     for ns in [&a, &b, &c] {
         delete_wd(&client, ns, "w").await;
     }
+    // It never reached Temporal: its deletion does not wait for a connection that never worked.
+    wait_wd_gone(&client, &c, "w", QUICK).await;
     Ok(())
 }
 
@@ -459,33 +461,69 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
     .await?;
     assert_eq!(events[0].type_.as_deref(), Some("Warning"));
 
-    // Deletion waits for a Temporal it can clean up, and says so...
+    // It never reached Temporal, so its deletion skips the cleanup and says so.
     delete_wd(&client, &ns, "w").await;
-    twc_testenv::wait_for("a CleanupBlocked event", QUICK, || {
-        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+    wait_wd_gone(&client, &ns, "w", QUICK).await;
+    let event = |reason: &'static str, needle: &'static str| {
+        let client = client.clone();
+        let ns = ns.clone();
         async move {
-            let list = api
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .iter()
-                .find(|e| e.reason.as_deref() == Some("CleanupBlocked"))
-                .map(|e| e.note.clone().unwrap_or_default())
-                .filter(|n| n.contains("remove the finalizer"))
-                .map(|_| ())
-                .ok_or_else(|| "no CleanupBlocked event yet".to_string())
+            twc_testenv::wait_for(&format!("a {reason} event"), QUICK, || {
+                let api: Api<Event> = Api::namespaced(client.clone(), &ns);
+                async move {
+                    let list = api
+                        .list(&Default::default())
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    list.items
+                        .iter()
+                        .find(|e| e.reason.as_deref() == Some(reason))
+                        .and_then(|e| e.note.clone())
+                        .filter(|n| n.contains(needle))
+                        .map(|_| ())
+                        .ok_or_else(|| format!("no {reason} event yet"))
+                }
+            })
+            .await
         }
-    })
-    .await?;
+    };
+    event("CleanupSkipped", "never reached Temporal").await?;
+
+    // One that did reach Temporal waits for a cleanup it cannot do now, and says how to get out...
+    let tls_spec = w.mtls_connection_spec();
+    Api::<Connection>::namespaced(client.clone(), &ns)
+        .patch(
+            "nowhere",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": tls_spec})),
+        )
+        .await?;
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &Default::default(),
+            &w.mtls_secret(MTLS_SECRET, time::Duration::days(1)),
+        )
+        .await?;
+    w.worker_deployment(&ns, "w2", by_name("nowhere"), "v1")
+        .await;
+    wait_wd(&client, &ns, "w2", "rolled out", ROLLOUT, rolled_out).await;
+    Api::<Connection>::namespaced(client.clone(), &ns)
+        .patch(
+            "nowhere",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"hostPort": "127.0.0.1:1"}})),
+        )
+        .await?;
+    delete_wd(&client, &ns, "w2").await;
+    event("CleanupBlocked", "remove the finalizer").await?;
     // ...and completes once the connection is fixed.
     Api::<Connection>::namespaced(client.clone(), &ns)
         .patch(
             "nowhere",
             &PatchParams::default(),
-            &Patch::Merge(json!({"spec": {"hostPort": w.env.temporal.address}})),
+            &Patch::Merge(json!({"spec": {"hostPort": w.mtls_address}})),
         )
         .await?;
-    wait_wd_gone(&client, &ns, "w", ROLLOUT).await;
+    wait_wd_gone(&client, &ns, "w2", ROLLOUT).await;
     Ok(())
 }

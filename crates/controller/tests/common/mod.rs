@@ -41,6 +41,7 @@ static WORLD: OnceLock<Result<World, String>> = OnceLock::new();
 
 /// The world of this test binary; with `controller`, a cluster-wide controller runs in it.
 pub async fn world(controller: bool) -> Result<&'static World, String> {
+    capture_logs();
     let w = tokio::task::spawn_blocking(move || {
         WORLD.get_or_init(|| {
             std::thread::spawn(move || init(controller))
@@ -312,7 +313,23 @@ where
         }
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    .unwrap_or_else(|e| panic!("{e}\ncontroller log about {name}:\n{}", logs_about(name)))
+}
+
+/// The captured log lines mentioning `needle` (the last 60).
+pub fn logs_about(needle: &str) -> String {
+    let logs = capture_logs();
+    let text =
+        String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).into_owned();
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!(
+        "../../target/controller-test-{}.log",
+        std::process::id()
+    ));
+    if std::fs::write(&path, &text).is_ok() {
+        eprintln!("full controller log: {}", path.display());
+    }
+    let lines: Vec<&str> = text.lines().filter(|l| l.contains(needle)).collect();
+    lines[lines.len().saturating_sub(60)..].join("\n")
 }
 
 pub async fn wait_cluster_connection(client: &Client, name: &str, want: &str, timeout: Duration) {
@@ -339,10 +356,10 @@ pub async fn delete_wd(client: &Client, ns: &str, name: &str) {
         .unwrap_or_else(|e| panic!("delete {ns}/{name}: {e}"));
 }
 
-/// Waits until the WorkerDeployment is gone.
+/// Waits until the WorkerDeployment is gone; on timeout shows its events and pods.
 pub async fn wait_wd_gone(client: &Client, ns: &str, name: &str, timeout: Duration) {
     let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
-    wait_for(&format!("{ns}/{name} to be deleted"), timeout, || {
+    let result = wait_for(&format!("{ns}/{name} to be deleted"), timeout, || {
         let api = api.clone();
         async move {
             match api.get_opt(name).await.map_err(|e| e.to_string())? {
@@ -351,8 +368,29 @@ pub async fn wait_wd_gone(client: &Client, ns: &str, name: &str, timeout: Durati
             }
         }
     })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    .await;
+    if let Err(e) = result {
+        let events = Api::<k8s_openapi::api::events::v1::Event>::namespaced(client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .map(|l| {
+                l.items
+                    .iter()
+                    .map(|e| format!("{:?} {:?}: {:?}", e.type_, e.reason, e.note))
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        let pods = Api::<k8s_openapi::api::core::v1::Pod>::namespaced(client.clone(), ns)
+            .list(&Default::default())
+            .await
+            .map(|l| l.items.iter().map(|p| p.name_any()).collect::<Vec<_>>())
+            .unwrap_or_default();
+        panic!(
+            "{e}\nevents:\n{events}\npods: {pods:?}\ncontroller log about {ns}:\n{}",
+            logs_about(ns)
+        );
+    }
 }
 
 /// Applies the generated RBAC file `config/rbac/<file>` and binds it to ServiceAccount
