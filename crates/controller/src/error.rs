@@ -47,11 +47,6 @@ impl Error {
         }
     }
 
-    /// A short label for metrics and logs.
-    pub fn metric_label(&self) -> &'static str {
-        self.reason()
-    }
-
     /// Waiting for the user (a spec or a Secret to be fixed) rather than for a retry.
     pub fn waits_for_user(&self) -> bool {
         matches!(

@@ -271,12 +271,7 @@ async fn execute(
         deployments
             .patch(&name, &apply, &Patch::Apply(&body))
             .await
-            .map_err(|e| {
-                Error::PlanExecutionFailed(format!(
-                    "apply Deployment {ns}/{name}: {}",
-                    kube_message(&e)
-                ))
-            })?;
+            .map_err(|e| write_failed("apply", &ns, &name, &e))?;
         if created {
             ctx.event(
                 wd,
@@ -298,12 +293,7 @@ async fn execute(
                 &Patch::Merge(json!({"spec": {"replicas": replicas}})),
             )
             .await
-            .map_err(|e| {
-                Error::PlanExecutionFailed(format!(
-                    "scale Deployment {ns}/{name}: {}",
-                    kube_message(&e)
-                ))
-            })?;
+            .map_err(|e| write_failed("scale", &ns, name, &e))?;
         if *replicas == 0 {
             ctx.event(
                 wd,
@@ -328,10 +318,7 @@ async fn execute(
             }
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
-                return Err(Error::PlanExecutionFailed(format!(
-                    "delete Deployment {ns}/{name}: {}",
-                    kube_message(&e)
-                )));
+                return Err(write_failed("delete", &ns, name, &e));
             }
         }
     }
@@ -412,6 +399,14 @@ async fn execute(
         state.last_modifier_identity = identity.to_string();
     }
     Ok(())
+}
+
+/// A failed write of a versioned Deployment, as the status reports it.
+fn write_failed(verb: &str, ns: &str, name: &str, e: &kube::Error) -> Error {
+    Error::PlanExecutionFailed(format!(
+        "{verb} Deployment {ns}/{name}: {}",
+        kube_message(e)
+    ))
 }
 
 /// Normal events for version transitions between two statuses: a version registered in

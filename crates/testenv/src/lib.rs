@@ -189,6 +189,13 @@ fn prune_old_runs(current: &Path) {
     }
 }
 
+/// Empties (or creates) `dir` and returns its absolute path.
+pub fn fresh_dir(dir: &Path) -> Result<PathBuf, Error> {
+    let _ = std::fs::remove_dir_all(dir);
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("testenv", dir, e))?;
+    std::fs::canonicalize(dir).map_err(|e| Error::io("testenv", dir, e))
+}
+
 /// Resident memory of process `pid` in bytes, from `/proc`.
 pub fn rss_bytes(pid: u32) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;

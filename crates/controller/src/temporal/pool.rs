@@ -63,15 +63,6 @@ impl ClientPool {
         &self.identity
     }
 
-    /// Number of live clients.
-    pub fn len(&self) -> usize {
-        self.entries.lock().map(|e| e.len()).unwrap_or_default()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
-    }
-
     /// The keys of live clients (for tests and diagnostics).
     pub fn keys(&self) -> Vec<PoolKey> {
         self.entries

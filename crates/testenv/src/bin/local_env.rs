@@ -30,9 +30,7 @@ struct Cli {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let _ = std::fs::remove_dir_all(&cli.dir);
-    std::fs::create_dir_all(&cli.dir)?;
-    let dir = std::fs::canonicalize(&cli.dir)?;
+    let dir = twc_testenv::fresh_dir(&cli.dir)?;
 
     println!(
         "Starting etcd, kube-apiserver, kube-controller-manager and the Temporal dev server..."
