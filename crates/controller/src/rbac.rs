@@ -122,6 +122,24 @@ pub fn cluster_wide() -> (ClusterRole, ClusterRole) {
     )
 }
 
+/// Name of the Role for the leader-election Lease.
+pub const LEADER_ELECTION_NAME: &str = "temporal-worker-controller-leader-election";
+
+/// The Role to create in the controller's own namespace when leader election is on
+/// (`--leader-elect`): the Lease it campaigns for, and nothing else.
+pub fn leader_election(namespace: Option<&str>) -> Role {
+    let mut metadata = meta(LEADER_ELECTION_NAME);
+    metadata.namespace = namespace.map(str::to_string);
+    Role {
+        metadata,
+        rules: Some(vec![rule(
+            "coordination.k8s.io",
+            &["leases"],
+            &["get", "create", "update"],
+        )]),
+    }
+}
+
 /// Namespace-scoped install: a Role to create in each watched namespace, and the
 /// ClusterRole with what every install needs (no ClusterConnection rights).
 pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
