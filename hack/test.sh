@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/provision.sh
+# The binaries tests run as processes (the controller, the example worker), never stale.
+cargo build -q --workspace --bins
 cargo test --workspace "$@"

@@ -1,5 +1,6 @@
 //! `twc`: the controller binary.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -53,6 +54,43 @@ enum Command {
             default_value_t = 75
         )]
         max_undeletable_versions: usize,
+        /// Where `/metrics` is served.
+        #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+        metrics_bind_address: SocketAddr,
+        /// Where `/livez` and `/readyz` are served (may equal the metrics address).
+        #[arg(
+            long,
+            env = "HEALTH_PROBE_BIND_ADDRESS",
+            default_value = "0.0.0.0:8081"
+        )]
+        health_probe_bind_address: SocketAddr,
+        /// Run only while holding a Lease, so that of several replicas exactly one writes.
+        #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+        leader_elect: bool,
+        /// Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster service
+        /// account's namespace, else `default`.
+        #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+        leader_election_namespace: Option<String>,
+        /// Name of the Lease.
+        #[arg(
+            long,
+            env = "LEADER_ELECTION_ID",
+            default_value = "temporal-worker-controller"
+        )]
+        leader_election_id: String,
+        /// How long a Lease stays valid without renewal; a standby takes over after this.
+        #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 10)]
+        leader_election_lease_seconds: u64,
+        /// The leader steps down if it could not renew for this long (less than the lease).
+        #[arg(
+            long,
+            env = "LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
+            default_value_t = 7
+        )]
+        leader_election_renew_deadline_seconds: u64,
+        /// How often the leader renews and a standby retries.
+        #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
+        leader_election_retry_seconds: u64,
         #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
         log_format: LogFormat,
         /// Log filter, e.g. `info` or `twc_controller=debug,info`.
@@ -87,6 +125,14 @@ fn main() -> anyhow::Result<()> {
             fast_poll_seconds,
             steady_poll_seconds,
             max_undeletable_versions,
+            metrics_bind_address,
+            health_probe_bind_address,
+            leader_elect,
+            leader_election_namespace,
+            leader_election_id,
+            leader_election_lease_seconds,
+            leader_election_renew_deadline_seconds,
+            leader_election_retry_seconds,
             log_format,
             log_level,
         } => {
@@ -113,7 +159,34 @@ fn main() -> anyhow::Result<()> {
                     },
                     ..Default::default()
                 };
-                twc_controller::run(client, config, shutdown_signal()).await;
+                let leader_election = leader_elect.then(|| {
+                    let namespace = leader_election_namespace.unwrap_or_else(own_namespace);
+                    twc_controller::leader::LeaseConfig {
+                        lease_duration: Duration::from_secs(leader_election_lease_seconds.max(2)),
+                        renew_deadline: Duration::from_secs(
+                            leader_election_renew_deadline_seconds.max(1),
+                        ),
+                        retry_period: Duration::from_secs(leader_election_retry_seconds.max(1)),
+                        ..twc_controller::leader::LeaseConfig::new(
+                            &namespace,
+                            &leader_election_id,
+                            &replica_identity(),
+                        )
+                    }
+                });
+                if let Some(l) = &leader_election {
+                    anyhow::ensure!(
+                        l.renew_deadline < l.lease_duration,
+                        "the renew deadline must be shorter than the lease duration"
+                    );
+                }
+                let run = twc_controller::manager::RunConfig {
+                    controller: config,
+                    leader_election,
+                    metrics_addr: metrics_bind_address,
+                    health_addr: health_probe_bind_address,
+                };
+                twc_controller::manager::run(client, run, shutdown_signal()).await?;
                 tracing::info!("stopped");
                 Ok(())
             })
@@ -132,6 +205,35 @@ async fn default_identity(client: &Client) -> anyhow::Result<String> {
         "temporal-worker-controller/{}",
         ns.metadata.uid.unwrap_or_default()
     ))
+}
+
+/// The namespace this pod runs in, for the Lease.
+fn own_namespace() -> String {
+    std::env::var("POD_NAMESPACE")
+        .ok()
+        .filter(|n| !n.is_empty())
+        .or_else(|| {
+            std::fs::read_to_string("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+                .ok()
+                .map(|n| n.trim().to_string())
+        })
+        .unwrap_or_else(|| "default".into())
+}
+
+/// Unique per replica: the pod (host) name plus a random suffix, so a restarted pod with the
+/// same name never mistakes its predecessor's Lease for its own.
+fn replica_identity() -> String {
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "twc".into());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{host}_{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
 fn init_logging(format: LogFormat, level: &str) {

@@ -4,6 +4,10 @@
 pub mod connections;
 pub mod controller;
 pub mod error;
+pub mod health;
+pub mod leader;
+pub mod manager;
+pub mod metrics;
 pub mod plan;
 pub mod rbac;
 pub mod reconcile;

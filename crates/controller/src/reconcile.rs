@@ -17,6 +17,7 @@ use twc_api::{API_VERSION, FINALIZER, VersionStatus, WorkerDeployment, WorkerDep
 
 use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, kube_message};
+use crate::metrics;
 use crate::plan::{self, Observed, Plan, Routing, build_id};
 use crate::scoped::Scoped;
 use crate::status;
@@ -78,8 +79,26 @@ struct Outcome {
 }
 
 /// Reconciles one WorkerDeployment.
+/// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    metrics::counted(
+        CONTROLLER,
+        reconcile_worker_deployment(wd, ctx),
+        Error::reason,
+    )
+    .await
+}
+
+/// The controller label of the WorkerDeployment reconciler's metrics.
+const CONTROLLER: &str = "WorkerDeployment";
+
+async fn reconcile_worker_deployment(
+    wd: Arc<WorkerDeployment>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
     if wd.metadata.deletion_timestamp.is_some() {
+        metrics::global()
+            .forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
         return match cleanup(&wd, &ctx).await {
             Ok(action) => Ok(action),
             Err(e) => {
@@ -155,6 +174,7 @@ pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
         None => previous.observed_connection_ref.clone(),
     };
     if let Err(e) = &result {
+        metrics::global().reconcile_failed(CONTROLLER, e.reason());
         let already = previous
             .conditions
             .iter()
@@ -173,6 +193,7 @@ pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
     for (reason, note) in transitions(&previous, &new_status) {
         ctx.event(&wd, EventType::Normal, reason, note).await;
     }
+    record_metrics(&wd, &new_status);
     write_status(&ctx.client, &wd, &previous, new_status).await?;
     Ok(action)
 }
@@ -411,19 +432,38 @@ fn write_failed(verb: &str, ns: &str, name: &str, e: &kube::Error) -> Error {
 
 /// Normal events for version transitions between two statuses: a version registered in
 /// Temporal (its workers poll) and a version drained.
+/// Every version in a status, by build ID.
+fn versions(s: &WorkerDeploymentStatus) -> BTreeMap<String, VersionStatus> {
+    s.target_version
+        .iter()
+        .map(|t| &t.base)
+        .chain(s.current_version.iter().map(|c| &c.base))
+        .chain(s.deprecated_versions.iter().map(|d| &d.base))
+        .map(|b| (b.build_id.clone(), b.status))
+        .collect()
+}
+
+/// Records the versions by status and the ramp of a WorkerDeployment's new status.
+fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
+    let statuses: Vec<VersionStatus> = versions(status).into_values().collect();
+    let ramp = status
+        .target_version
+        .as_ref()
+        .filter(|t| t.base.status == VersionStatus::Ramping)
+        .and_then(|t| t.ramp_percentage)
+        .unwrap_or(0.0);
+    metrics::global().worker_deployment(
+        &wd.namespace().unwrap_or_default(),
+        &wd.name_any(),
+        &statuses,
+        ramp,
+    );
+}
+
 pub fn transitions(
     before: &WorkerDeploymentStatus,
     after: &WorkerDeploymentStatus,
 ) -> Vec<(&'static str, String)> {
-    let versions = |s: &WorkerDeploymentStatus| -> BTreeMap<String, VersionStatus> {
-        s.target_version
-            .iter()
-            .map(|t| &t.base)
-            .chain(s.current_version.iter().map(|c| &c.base))
-            .chain(s.deprecated_versions.iter().map(|d| &d.base))
-            .map(|b| (b.build_id.clone(), b.status))
-            .collect()
-    };
     let (old, new) = (versions(before), versions(after));
     let mut out = Vec::new();
     for (build, status) in &new {

@@ -30,7 +30,8 @@ pub async fn reconcile_connection(
     let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ConnKey::connection(&ns, &conn.name_any());
     let used_by = conn.status.as_ref().and_then(|s| s.used_by);
-    sync(&api, conn.as_ref(), &key, used_by, &ctx.index).await
+    let sync = sync(&api, conn.as_ref(), &key, used_by, &ctx.index);
+    crate::metrics::counted("Connection", sync, |_| "KubernetesError").await
 }
 
 /// Reconciles a ClusterConnection's finalizer (users in every namespace count).
@@ -41,7 +42,8 @@ pub async fn reconcile_cluster_connection(
     let api: Api<ClusterConnection> = Api::all(ctx.client.clone());
     let key = ConnKey::cluster(&conn.name_any());
     let used_by = conn.status.as_ref().and_then(|s| s.used_by);
-    sync(&api, conn.as_ref(), &key, used_by, &ctx.index).await
+    let sync = sync(&api, conn.as_ref(), &key, used_by, &ctx.index);
+    crate::metrics::counted("ClusterConnection", sync, |_| "KubernetesError").await
 }
 
 /// What to change on a connection, given its users: (finalizers to write, if any).

@@ -63,12 +63,14 @@ pub async fn describe(
     deployment: &str,
 ) -> Result<DeploymentState, Status> {
     let mut svc = conn.workflow_service();
-    let resp = match svc
-        .describe_worker_deployment(tonic::Request::new(DescribeWorkerDeploymentRequest {
+    let resp = match crate::metrics::rpc(
+        "DescribeWorkerDeployment",
+        svc.describe_worker_deployment(tonic::Request::new(DescribeWorkerDeploymentRequest {
             namespace: namespace.to_string(),
             deployment_name: deployment.to_string(),
-        }))
-        .await
+        })),
+    )
+    .await
     {
         Ok(r) => r.into_inner(),
         Err(s) if s.code() == Code::NotFound && !s.message().contains("namespace") => {
@@ -172,11 +174,13 @@ impl WorkerDeploymentRef<'_> {
             conflict_token: token,
             identity: self.identity.to_string(),
         };
-        Ok(svc
-            .set_worker_deployment_manager(tonic::Request::new(request))
-            .await?
-            .into_inner()
-            .conflict_token)
+        Ok(crate::metrics::rpc(
+            "SetWorkerDeploymentManager",
+            svc.set_worker_deployment_manager(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner()
+        .conflict_token)
     }
 
     /// `SetWorkerDeploymentCurrentVersion`; `build_id` "" means unversioned.
@@ -196,11 +200,13 @@ impl WorkerDeploymentRef<'_> {
             ignore_missing_task_queues,
             ..Default::default()
         };
-        Ok(svc
-            .set_worker_deployment_current_version(tonic::Request::new(request))
-            .await?
-            .into_inner()
-            .conflict_token)
+        Ok(crate::metrics::rpc(
+            "SetWorkerDeploymentCurrentVersion",
+            svc.set_worker_deployment_current_version(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner()
+        .conflict_token)
     }
 
     /// `SetWorkerDeploymentRampingVersion`; `build_id` "" with 0 clears the ramp.
@@ -220,11 +226,13 @@ impl WorkerDeploymentRef<'_> {
             identity: self.identity.to_string(),
             ..Default::default()
         };
-        Ok(svc
-            .set_worker_deployment_ramping_version(tonic::Request::new(request))
-            .await?
-            .into_inner()
-            .conflict_token)
+        Ok(crate::metrics::rpc(
+            "SetWorkerDeploymentRampingVersion",
+            svc.set_worker_deployment_ramping_version(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner()
+        .conflict_token)
     }
 
     /// `DeleteWorkerDeploymentVersion`; deleting a missing version succeeds.
@@ -237,9 +245,11 @@ impl WorkerDeploymentRef<'_> {
             identity: self.identity.to_string(),
             ..Default::default()
         };
-        match svc
-            .delete_worker_deployment_version(tonic::Request::new(request))
-            .await
+        match crate::metrics::rpc(
+            "DeleteWorkerDeploymentVersion",
+            svc.delete_worker_deployment_version(tonic::Request::new(request)),
+        )
+        .await
         {
             Ok(_) => Ok(()),
             Err(s) if s.code() == Code::NotFound => Ok(()),
@@ -255,9 +265,11 @@ impl WorkerDeploymentRef<'_> {
             deployment_name: self.name.to_string(),
             identity: self.identity.to_string(),
         };
-        match svc
-            .delete_worker_deployment(tonic::Request::new(request))
-            .await
+        match crate::metrics::rpc(
+            "DeleteWorkerDeployment",
+            svc.delete_worker_deployment(tonic::Request::new(request)),
+        )
+        .await
         {
             Ok(_) => Ok(()),
             Err(s) if s.code() == Code::NotFound => Ok(()),

@@ -97,7 +97,9 @@ impl ClientPool {
         if let Some(conn) = self.get(&key, SystemTime::now()) {
             return Ok(conn);
         }
-        let connection = dial(&key, auth, &self.identity).await?;
+        let dialed = dial(&key, auth, &self.identity).await;
+        crate::metrics::global().dialed(dialed.is_ok());
+        let connection = dialed?;
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|k, _| !same_client_older_secret(k, &key));
             entries.insert(

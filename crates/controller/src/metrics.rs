@@ -1,0 +1,356 @@
+//! Prometheus metrics, one registry per process. Every metric here is listed in
+//! `docs/metrics.md`; a test reads that file and scrapes `/metrics` so the two cannot drift.
+
+use std::future::Future;
+use std::sync::LazyLock;
+use std::sync::atomic::AtomicU64;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use twc_api::VersionStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ControllerLabels {
+    controller: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ErrorLabels {
+    controller: &'static str,
+    reason: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcLabels {
+    rpc: &'static str,
+    code: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RpcNameLabels {
+    rpc: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct DialLabels {
+    result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct WorkerDeploymentLabels {
+    namespace: String,
+    worker_deployment: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct VersionLabels {
+    namespace: String,
+    worker_deployment: String,
+    status: &'static str,
+}
+
+type HistogramFamily<L> = Family<L, Histogram, fn() -> Histogram>;
+
+fn seconds_histogram() -> Histogram {
+    // 1 ms .. ~33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+/// Every version status a WorkerDeployment reports, so that a status a WorkerDeployment no
+/// longer has is set to 0 rather than left at its old value.
+pub const VERSION_STATUSES: [&str; 6] = [
+    "NotRegistered",
+    "Inactive",
+    "Ramping",
+    "Current",
+    "Draining",
+    "Drained",
+];
+
+fn status_name(status: VersionStatus) -> &'static str {
+    match status {
+        VersionStatus::NotRegistered => "NotRegistered",
+        VersionStatus::Inactive => "Inactive",
+        VersionStatus::Ramping => "Ramping",
+        VersionStatus::Current => "Current",
+        VersionStatus::Draining => "Draining",
+        VersionStatus::Drained => "Drained",
+    }
+}
+
+/// The process's metrics.
+pub struct Metrics {
+    registry: Registry,
+    reconciles: Family<ControllerLabels, Counter>,
+    reconcile_errors: Family<ErrorLabels, Counter>,
+    reconcile_duration: HistogramFamily<ControllerLabels>,
+    in_flight: Family<ControllerLabels, Gauge>,
+    rpcs: Family<RpcLabels, Counter>,
+    rpc_duration: HistogramFamily<RpcNameLabels>,
+    dials: Family<DialLabels, Counter>,
+    versions: Family<VersionLabels, Gauge>,
+    ramp: Family<WorkerDeploymentLabels, Gauge<f64, AtomicU64>>,
+    leader: Gauge,
+}
+
+static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
+
+/// The metrics of this process.
+pub fn global() -> &'static Metrics {
+    &GLOBAL
+}
+
+impl Metrics {
+    fn new() -> Self {
+        let mut registry = Registry::with_prefix("twc");
+        let m = Self {
+            reconciles: Family::default(),
+            reconcile_errors: Family::default(),
+            reconcile_duration: Family::new_with_constructor(seconds_histogram),
+            in_flight: Family::default(),
+            rpcs: Family::default(),
+            rpc_duration: Family::new_with_constructor(seconds_histogram),
+            dials: Family::default(),
+            versions: Family::default(),
+            ramp: Family::default(),
+            leader: Gauge::default(),
+            registry: Registry::default(),
+        };
+        registry.register(
+            "reconcile",
+            "Reconciles run, by controller",
+            m.reconciles.clone(),
+        );
+        registry.register(
+            "reconcile_errors",
+            "Reconciles that ended in an error, by controller and reason (the condition reason)",
+            m.reconcile_errors.clone(),
+        );
+        registry.register(
+            "reconcile_duration_seconds",
+            "Time one reconcile took, by controller",
+            m.reconcile_duration.clone(),
+        );
+        registry.register(
+            "reconciles_in_flight",
+            "Reconciles running right now, by controller",
+            m.in_flight.clone(),
+        );
+        registry.register(
+            "temporal_rpc",
+            "Temporal RPCs made, by RPC and gRPC status code",
+            m.rpcs.clone(),
+        );
+        registry.register(
+            "temporal_rpc_duration_seconds",
+            "Latency of Temporal RPCs, by RPC",
+            m.rpc_duration.clone(),
+        );
+        registry.register(
+            "temporal_client_dials",
+            "Temporal clients dialled by the client pool, by result",
+            m.dials.clone(),
+        );
+        registry.register(
+            "worker_deployment_versions",
+            "Versions of each WorkerDeployment, by status",
+            m.versions.clone(),
+        );
+        registry.register(
+            "worker_deployment_ramp_percentage",
+            "Share of new workflows routed to the ramping version (0 when none ramps)",
+            m.ramp.clone(),
+        );
+        registry.register(
+            "leader",
+            "1 while this replica holds the leader-election Lease (or runs without election)",
+            m.leader.clone(),
+        );
+        Self { registry, ..m }
+    }
+
+    /// The OpenMetrics text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+
+    /// Counts a reconcile of `controller` that took `took`.
+    pub fn reconciled(&self, controller: &'static str, took: Duration) {
+        let labels = ControllerLabels { controller };
+        self.reconciles.get_or_create(&labels).inc();
+        self.reconcile_duration
+            .get_or_create(&labels)
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a reconcile of `controller` that failed with `reason`.
+    pub fn reconcile_failed(&self, controller: &'static str, reason: &'static str) {
+        self.reconcile_errors
+            .get_or_create(&ErrorLabels { controller, reason })
+            .inc();
+    }
+
+    /// Marks a reconcile of `controller` as running until the guard drops.
+    pub fn in_flight(&self, controller: &'static str) -> InFlight {
+        let gauge = self
+            .in_flight
+            .get_or_create(&ControllerLabels { controller })
+            .clone();
+        gauge.inc();
+        InFlight(gauge)
+    }
+
+    /// Counts one Temporal RPC.
+    pub fn rpc(&self, rpc: &'static str, code: temporalio_client::tonic::Code, took: Duration) {
+        self.rpcs
+            .get_or_create(&RpcLabels {
+                rpc,
+                code: format!("{code:?}"),
+            })
+            .inc();
+        self.rpc_duration
+            .get_or_create(&RpcNameLabels { rpc })
+            .observe(took.as_secs_f64());
+    }
+
+    /// Counts a client dial.
+    pub fn dialed(&self, ok: bool) {
+        let result = if ok { "ok" } else { "error" };
+        self.dials.get_or_create(&DialLabels { result }).inc();
+    }
+
+    /// Records a WorkerDeployment's versions by status and its ramp.
+    pub fn worker_deployment(
+        &self,
+        namespace: &str,
+        name: &str,
+        statuses: &[VersionStatus],
+        ramp: f32,
+    ) {
+        for status in VERSION_STATUSES {
+            let n = statuses
+                .iter()
+                .filter(|s| status_name(**s) == status)
+                .count();
+            self.versions
+                .get_or_create(&VersionLabels {
+                    namespace: namespace.into(),
+                    worker_deployment: name.into(),
+                    status,
+                })
+                .set(n as i64);
+        }
+        self.ramp
+            .get_or_create(&WorkerDeploymentLabels {
+                namespace: namespace.into(),
+                worker_deployment: name.into(),
+            })
+            .set(f64::from(ramp));
+    }
+
+    /// Drops a deleted WorkerDeployment's series.
+    pub fn forget_worker_deployment(&self, namespace: &str, name: &str) {
+        for status in VERSION_STATUSES {
+            self.versions.remove(&VersionLabels {
+                namespace: namespace.into(),
+                worker_deployment: name.into(),
+                status,
+            });
+        }
+        self.ramp.remove(&WorkerDeploymentLabels {
+            namespace: namespace.into(),
+            worker_deployment: name.into(),
+        });
+    }
+
+    /// Whether this replica leads.
+    pub fn set_leader(&self, leading: bool) {
+        self.leader.set(i64::from(leading));
+    }
+}
+
+/// Decrements the in-flight gauge when dropped (also when a reconcile is cancelled).
+pub struct InFlight(Gauge);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Runs one reconcile of `controller`, counting it, its time and its failure reason.
+pub async fn counted<T, E>(
+    controller: &'static str,
+    reconcile: impl Future<Output = Result<T, E>>,
+    reason: impl Fn(&E) -> &'static str,
+) -> Result<T, E> {
+    let m = global();
+    let _running = m.in_flight(controller);
+    let start = std::time::Instant::now();
+    let result = reconcile.await;
+    m.reconciled(controller, start.elapsed());
+    if let Err(e) = &result {
+        m.reconcile_failed(controller, reason(e));
+    }
+    result
+}
+
+/// Runs one Temporal RPC and counts it.
+pub async fn rpc<T>(
+    name: &'static str,
+    call: impl Future<Output = Result<T, temporalio_client::tonic::Status>>,
+) -> Result<T, temporalio_client::tonic::Status> {
+    let start = std::time::Instant::now();
+    let result = call.await;
+    let code = match &result {
+        Ok(_) => temporalio_client::tonic::Code::Ok,
+        Err(s) => s.code(),
+    };
+    global().rpc(name, code, start.elapsed());
+    result
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exposition_names_every_family() {
+        let m = Metrics::new();
+        m.reconciled("WorkerDeployment", Duration::from_millis(3));
+        m.rpc(
+            "DescribeWorkerDeployment",
+            temporalio_client::tonic::Code::Ok,
+            Duration::ZERO,
+        );
+        m.worker_deployment(
+            "ns",
+            "wd",
+            &[
+                VersionStatus::Current,
+                VersionStatus::Draining,
+                VersionStatus::Draining,
+            ],
+            5.0,
+        );
+        let text = m.encode();
+        assert!(text.contains("twc_reconcile_total{controller=\"WorkerDeployment\"} 1"));
+        assert!(
+            text.contains("twc_temporal_rpc_total{rpc=\"DescribeWorkerDeployment\",code=\"Ok\"} 1")
+        );
+        assert!(text.contains(
+            "twc_worker_deployment_versions{namespace=\"ns\",worker_deployment=\"wd\",status=\"Draining\"} 2"
+        ));
+        m.forget_worker_deployment("ns", "wd");
+        assert!(!m.encode().contains("worker_deployment=\"wd\""));
+    }
+}
