@@ -62,6 +62,12 @@ pub fn temporal() -> PathBuf {
     binary("TWC_TEMPORAL", dir.join("bin").join("temporal"))
 }
 
+/// Helm, built by `hack/provision.sh` (`$TWC_HELM` overrides).
+pub fn helm() -> PathBuf {
+    let dir = cache_dir().join(format!("helm-v{}", version("HELM_VERSION")));
+    binary("TWC_HELM", dir.join("helm"))
+}
+
 /// Where logs of this run go: `$TWC_TESTENV_LOGS`, else `<workspace>/target/testenv/<pid>`.
 pub fn log_dir() -> PathBuf {
     if let Some(d) = std::env::var_os("TWC_TESTENV_LOGS") {
