@@ -1,0 +1,343 @@
+//! The controller as a process, the way it runs in a cluster: `twc run` with leader election,
+//! health and metrics endpoints.
+//!
+//! * Two replicas against one apiserver: exactly one reconciles; SIGKILL it in the middle of a
+//!   Progressive rollout and the other takes over and finishes it.
+//! * `/readyz` is false while the CRDs are missing and turns true once they are installed,
+//!   without a restart; `/livez` stays true throughout.
+//! * `/metrics` exposes every metric `docs/metrics.md` lists.
+
+mod common;
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::coordination::v1::Lease;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use twc_api::WorkerDeployment;
+use twc_testenv::control_plane::{ControlPlane, ControlPlaneOptions};
+use twc_testenv::process::{ChildProcess, Spec, free_port};
+use twc_testenv::wait_for;
+
+const ROLLOUT: Duration = Duration::from_secs(120);
+
+/// A `twc run` process serving health and metrics on one port.
+struct Replica {
+    name: String,
+    addr: String,
+    process: ChildProcess,
+}
+
+fn start_replica(name: &str, kubeconfig: &Path, extra: &[&str]) -> Replica {
+    let bin = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let port = free_port().unwrap_or_else(|e| panic!("{e}"));
+    let addr = format!("127.0.0.1:{port}");
+    let log = twc_testenv::paths::log_dir().join(format!("{name}.log"));
+    let mut spec = Spec::new(name, bin, log).args([
+        "run",
+        "--metrics-bind-address",
+        &addr,
+        "--health-probe-bind-address",
+        &addr,
+        "--fast-poll-seconds",
+        "1",
+        "--steady-poll-seconds",
+        "5",
+        "--log-level",
+        "info,twc_controller=debug",
+    ]);
+    spec = spec.args(extra.iter().copied());
+    spec.env
+        .push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
+    spec.env.push(("HOSTNAME".into(), name.into()));
+    let process = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
+    Replica {
+        name: name.into(),
+        addr,
+        process,
+    }
+}
+
+impl Replica {
+    async fn get(&self, path: &str) -> Result<(u16, String), String> {
+        http_get(&self.addr, path).await
+    }
+
+    async fn metrics(&self) -> String {
+        match self.get("/metrics").await {
+            Ok((200, body)) => body,
+            other => panic!("{}: /metrics: {other:?}", self.name),
+        }
+    }
+
+    fn log(&self) -> String {
+        twc_testenv::process::log_tail(self.process.log_path(), 40)
+    }
+}
+
+/// A plain HTTP/1.0 GET: (status, body).
+async fn http_get(addr: &str, path: &str) -> Result<(u16, String), String> {
+    let mut stream = tokio::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| format!("connect {addr}: {e}"))?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    let mut raw = String::new();
+    stream
+        .read_to_string(&mut raw)
+        .await
+        .map_err(|e| e.to_string())?;
+    let status = raw
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| format!("no status line in {raw:?}"))?;
+    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
+    Ok((status, body.to_string()))
+}
+
+/// Value of the sample `name{labels}` (labels as printed), if present.
+fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+/// The metric names `docs/metrics.md` documents.
+fn documented_metrics() -> Vec<String> {
+    let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
+    let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+    let names: Vec<String> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("| `twc_"))
+        .filter_map(|l| l.split('`').next())
+        .map(|n| format!("twc_{n}"))
+        .collect();
+    assert!(names.len() >= 8, "docs/metrics.md lists {names:?}");
+    names
+}
+
+async fn lease_holder(api: &Api<Lease>, name: &str) -> String {
+    api.get_opt(name)
+        .await
+        .ok()
+        .flatten()
+        .and_then(|l| l.spec?.holder_identity)
+        .unwrap_or_default()
+}
+
+fn build_id(wd: &WorkerDeployment, which: &str) -> Option<String> {
+    let s = wd.status.clone()?;
+    match which {
+        "target" => s.target_version.map(|t| t.base.build_id),
+        _ => s.current_version.map(|c| c.base.build_id),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResult {
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let ns = w.tenant("failover").await;
+    let cc = format!("failover-{ns}");
+    w.cluster_connection(&cc).await;
+    let kubeconfig = &w.env.control_plane.kubeconfig_path;
+    let lease_id = format!("twc-{ns}");
+    let election = [
+        "--leader-elect",
+        "--leader-election-namespace",
+        &ns,
+        "--leader-election-id",
+        &lease_id,
+    ];
+    let mut replicas = vec![
+        start_replica(&format!("replica-a-{ns}"), kubeconfig, &election),
+        start_replica(&format!("replica-b-{ns}"), kubeconfig, &election),
+    ];
+    let leases: Api<Lease> = Api::namespaced(admin.clone(), &ns);
+    let holder = wait_for("a leader", Duration::from_secs(30), || async {
+        let h = lease_holder(&leases, &lease_id).await;
+        if h.is_empty() {
+            Err("no holder".to_string())
+        } else {
+            Ok(h)
+        }
+    })
+    .await?;
+    let leader = replicas
+        .iter()
+        .position(|r| holder.starts_with(&format!("{}_", r.name)))
+        .ok_or_else(|| format!("holder {holder} is neither replica"))?;
+    let standby = 1 - leader;
+
+    w.worker_deployment(&ns, "w", cluster_ref(&cc), "v1").await;
+    let wd = wait_wd(&admin, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    let v1 = build_id(&wd, "current").unwrap_or_default();
+    // And one that cannot work, so the error counter has a sample.
+    w.worker_deployment(&ns, "broken", by_name("missing"), "v1")
+        .await;
+    wait_wd(&admin, &ns, "broken", "ConnectionNotFound", ROLLOUT, |wd| {
+        condition(wd, "Ready").is_some_and(|(_, reason, _)| reason == "ConnectionNotFound")
+    })
+    .await;
+
+    // Exactly one reconciles; both are ready (the standby as a spare).
+    let lead_metrics = replicas[leader].metrics().await;
+    let spare_metrics = replicas[standby].metrics().await;
+    assert_eq!(sample(&lead_metrics, "twc_leader"), Some(1.0));
+    assert_eq!(sample(&spare_metrics, "twc_leader"), Some(0.0));
+    let reconciles = "twc_reconcile_total{controller=\"WorkerDeployment\"}";
+    assert!(sample(&lead_metrics, reconciles).is_some_and(|n| n > 0.0));
+    assert_eq!(
+        sample(&spare_metrics, reconciles),
+        None,
+        "the standby reconciled"
+    );
+    for r in &replicas {
+        let (code, body) = r.get("/readyz").await?;
+        assert_eq!(code, 200, "{}: {body}", r.name);
+    }
+    // Every documented metric is exposed by the leader.
+    for name in documented_metrics() {
+        assert!(
+            lead_metrics.lines().any(|l| l.starts_with(&name)),
+            "{name} is documented but not exposed:\n{lead_metrics}"
+        );
+    }
+    let not_found =
+        "twc_reconcile_errors_total{controller=\"WorkerDeployment\",reason=\"ConnectionNotFound\"}";
+    assert!(sample(&lead_metrics, not_found).is_some_and(|n| n > 0.0));
+    let current = format!(
+        "twc_worker_deployment_versions{{namespace=\"{ns}\",worker_deployment=\"w\",status=\"Current\"}}"
+    );
+    assert_eq!(sample(&lead_metrics, &current), Some(1.0), "{lead_metrics}");
+    assert!(
+        sample(
+            &lead_metrics,
+            "twc_temporal_rpc_total{rpc=\"DescribeWorkerDeployment\",code=\"Ok\"}"
+        )
+        .is_some_and(|n| n > 0.0)
+    );
+
+    // A Progressive rollout to v2; kill the leader while v2 ramps.
+    Api::<WorkerDeployment>::namespaced(admin.clone(), &ns)
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {
+                "rollout": {"strategy": "Progressive", "steps": [
+                    {"rampPercentage": 50, "pauseDuration": "30s"}
+                ]},
+                "template": {"spec": {"containers": [{
+                    "name": "worker",
+                    "image": format!("{WORKER_IMAGE}:v2"),
+                    "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
+                }]}}
+            }})),
+        )
+        .await?;
+    let wd = wait_wd(&admin, &ns, "w", "v2 ramping", ROLLOUT, |wd| {
+        wd.status
+            .as_ref()
+            .and_then(|s| s.target_version.as_ref())
+            .is_some_and(|t| t.base.status == twc_api::VersionStatus::Ramping)
+    })
+    .await;
+    let v2 = build_id(&wd, "target").unwrap_or_default();
+    assert_ne!(v1, v2);
+    let killed_at = Instant::now();
+    replicas[leader].process.kill();
+    let new_holder = wait_for("the standby leads", Duration::from_secs(40), || async {
+        let h = lease_holder(&leases, &lease_id).await;
+        if h.starts_with(&format!("{}_", replicas[standby].name)) {
+            Ok(h)
+        } else {
+            Err(format!("holder {h}"))
+        }
+    })
+    .await?;
+    let failover = killed_at.elapsed();
+    println!(
+        "failover after SIGKILL of the leader: {:.1} s (new holder {new_holder})",
+        failover.as_secs_f64()
+    );
+    let wd = wait_wd(&admin, &ns, "w", "v2 current", ROLLOUT, |wd| {
+        rolled_out(wd) && build_id(wd, "current").as_deref() == Some(v2.as_str())
+    })
+    .await;
+    assert!(
+        wd.status
+            .iter()
+            .flat_map(|s| &s.deprecated_versions)
+            .any(|d| d.base.build_id == v1),
+        "v1 is kept as a deprecated version"
+    );
+    let metrics = replicas[standby].metrics().await;
+    assert_eq!(
+        sample(&metrics, "twc_leader"),
+        Some(1.0),
+        "{}",
+        replicas[standby].log()
+    );
+    // The lease changed hands within the lease duration plus a few retries, by the clock of a
+    // test that does not measure performance (that figure is printed above).
+    assert!(
+        failover < Duration::from_secs(30),
+        "failover took {failover:?}"
+    );
+    drop(replicas.remove(0));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_waits_for_the_crds_without_a_restart() -> TestResult {
+    // A control plane of its own: the shared one has the CRDs installed.
+    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join("no-crds"))?;
+    let cp = ControlPlane::start(
+        &ControlPlaneOptions {
+            controller_manager: false,
+            ..Default::default()
+        },
+        &dir,
+    )
+    .await?;
+    let mut replica = start_replica(
+        "readyz",
+        &cp.kubeconfig_path,
+        &["--identity", "readyz-test"],
+    );
+    let (live, body) = wait_for("/livez answers", Duration::from_secs(30), || async {
+        replica.get("/livez").await
+    })
+    .await?;
+    assert_eq!(live, 200, "{body}");
+    let (code, body) = replica.get("/readyz").await?;
+    assert_eq!(code, 503, "{body}");
+    assert!(body.contains("CRDs"), "{body}");
+
+    let client = cp.client().await?;
+    twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
+    let ready = wait_for("/readyz turns 200", Duration::from_secs(30), || async {
+        match replica.get("/readyz").await? {
+            (200, body) => Ok(body),
+            (code, body) => Err(format!("{code} {body}")),
+        }
+    })
+    .await
+    .map_err(|e| format!("{e}\n{}", replica.log()))?;
+    assert!(ready.contains("caches synced"), "{ready}");
+    assert!(
+        replica.process.try_wait().is_none(),
+        "the controller exited:\n{}",
+        replica.log()
+    );
+    let (live, _) = replica.get("/livez").await?;
+    assert_eq!(live, 200);
+    Ok(())
+}
