@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Writes every generated file (CRD YAML; later RBAC and chart parts) from the code. With
-# --check, fails if a checked-in file differs from what the code generates, naming this command.
+# Writes every generated file (CRD YAML, RBAC, and the chart parts made from them) from the
+# code. With --check, fails if a checked-in file differs from what the code generates, naming
+# this command.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 check=false
@@ -14,7 +15,14 @@ twc=${CARGO_TARGET_DIR:-target}/debug/twc
 # Generated directories, each written whole by one command.
 "$twc" crd --dir "$out/config/crd"
 "$twc" rbac --dir "$out/config/rbac"
-generated=(config/crd config/rbac)
+# The charts read verbatim copies with .Files.Get: the CRDs chart adds only its keep policy and
+# labels to each CRD; the controller chart takes the rules of each role, renaming the roles.
+crd_chart=charts/temporal-worker-controller-crds
+chart=charts/temporal-worker-controller
+mkdir -p "$out/$crd_chart/files" "$out/$chart/files"
+cp -r "$out/config/crd" "$out/$crd_chart/files/crd"
+cp -r "$out/config/rbac" "$out/$chart/files/rbac"
+generated=(config/crd config/rbac "$crd_chart/files/crd" "$chart/files/rbac")
 
 if $check; then
   status=0
