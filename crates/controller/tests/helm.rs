@@ -1,0 +1,470 @@
+//! The Helm charts, rendered by the provisioned `helm` (`hack/provision.sh`): the controller
+//! chart's ServiceAccount and RBAC applied to the real apiserver, then the controller run in
+//! this process as that ServiceAccount (there is no container runtime for the Deployment
+//! itself, which is checked by a server-side dry run instead), cluster-wide and
+//! namespace-scoped. The CRDs chart renders exactly the CRDs the harness installs.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
+use serde_json::{Value, json};
+use twc_controller::controller::prepare;
+
+const ROLLOUT: Duration = Duration::from_secs(90);
+const CHART: &str = "charts/temporal-worker-controller";
+const CRDS_CHART: &str = "charts/temporal-worker-controller-crds";
+const FULLNAME_SUFFIX: &str = "-temporal-worker-controller";
+
+/// `helm template <release> <chart> --namespace <namespace> <args>`, as JSON documents.
+async fn helm_template(release: &str, chart: &str, namespace: &str, args: &[&str]) -> Vec<Value> {
+    let helm = twc_testenv::paths::helm();
+    assert!(
+        helm.exists(),
+        "helm is not at {}: run hack/provision.sh",
+        helm.display()
+    );
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = tokio::process::Command::new(&helm)
+        .args(["template", release, chart, "--namespace", namespace])
+        .args(args)
+        .current_dir(&root)
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {}: {e}", helm.display()));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "helm template {chart} {args:?} failed:\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_yaml::Deserializer::from_str(&stdout)
+        .map(|doc| {
+            serde::Deserialize::deserialize(doc)
+                .unwrap_or_else(|e| panic!("helm rendered bad YAML: {e}"))
+        })
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn of_kind<'a>(docs: &'a [Value], kind: &'static str) -> impl Iterator<Item = &'a Value> {
+    docs.iter().filter(move |d| d["kind"] == kind)
+}
+
+fn one<'a>(docs: &'a [Value], kind: &'static str, name: &str) -> &'a Value {
+    of_kind(docs, kind)
+        .find(|d| d["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+/// Server-side applies the rendered objects of the given kinds (or only validates them, with
+/// `dry_run`).
+async fn apply(client: &Client, docs: &[Value], kinds: &[&str], dry_run: bool) {
+    let mut pp = PatchParams::apply("helm-test").force();
+    pp.dry_run = dry_run;
+    for doc in docs {
+        let kind = doc["kind"].as_str().unwrap_or_default();
+        if !kinds.contains(&kind) {
+            continue;
+        }
+        let ar = match kind {
+            "ServiceAccount" => ApiResource::erase::<ServiceAccount>(&()),
+            "ClusterRole" => ApiResource::erase::<ClusterRole>(&()),
+            "ClusterRoleBinding" => ApiResource::erase::<ClusterRoleBinding>(&()),
+            "Role" => ApiResource::erase::<Role>(&()),
+            "RoleBinding" => ApiResource::erase::<RoleBinding>(&()),
+            "Deployment" => ApiResource::erase::<Deployment>(&()),
+            "Service" => ApiResource::erase::<Service>(&()),
+            "CustomResourceDefinition" => ApiResource::erase::<CustomResourceDefinition>(&()),
+            other => panic!("the test does not apply {other}"),
+        };
+        let obj: DynamicObject = from_json(doc.clone());
+        let api: Api<DynamicObject> = match obj.namespace() {
+            Some(ns) => Api::namespaced_with(client.clone(), &ns, &ar),
+            None => Api::all_with(client.clone(), &ar),
+        };
+        api.patch(&obj.name_any(), &pp, &Patch::Apply(&obj))
+            .await
+            .unwrap_or_else(|e| panic!("apply {kind} {} (dry run {dry_run}): {e}", obj.name_any()));
+    }
+}
+
+const RBAC: &[&str] = &[
+    "ServiceAccount",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "Role",
+    "RoleBinding",
+];
+
+/// Deletes the rendered cluster-scoped RBAC (the namespaced objects go with the namespaces).
+async fn delete_cluster_rbac(client: &Client, docs: &[Value]) {
+    for d in of_kind(docs, "ClusterRoleBinding") {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = Api::<ClusterRoleBinding>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+    for d in of_kind(docs, "ClusterRole") {
+        let name = d["metadata"]["name"].as_str().unwrap_or_default();
+        let _ = Api::<ClusterRole>::all(client.clone())
+            .delete(name, &DeleteParams::default())
+            .await;
+    }
+}
+
+fn rules(v: &Value) -> Value {
+    v["rules"].clone()
+}
+
+fn generated_rules<K: serde::Serialize>(k: &K) -> Value {
+    rules(&serde_json::to_value(k).unwrap_or_else(|e| panic!("{e}")))
+}
+
+fn env(container: &Value) -> Vec<(String, Value)> {
+    container["env"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|e| {
+                    (
+                        e["name"].as_str().unwrap_or_default().to_string(),
+                        e.clone(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn env_value(container: &Value, name: &str) -> Option<String> {
+    env(container)
+        .into_iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, e)| e["value"].as_str().map(str::to_string))
+}
+
+/// The pod security defaults, the probes, the command and the environment every rendering has.
+fn check_deployment(docs: &[Value], fullname: &str, namespace: &str) -> Value {
+    let deployment = one(docs, "Deployment", fullname);
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(pod["serviceAccountName"], fullname);
+    assert_eq!(deployment["spec"]["replicas"], 1);
+    assert_eq!(pod["securityContext"]["runAsNonRoot"], true, "{pod}");
+    assert_eq!(
+        pod["securityContext"]["seccompProfile"]["type"],
+        "RuntimeDefault"
+    );
+    let c = pod["containers"][0].clone();
+    let sc = &c["securityContext"];
+    assert_eq!(sc["runAsNonRoot"], true, "{sc}");
+    assert_eq!(sc["readOnlyRootFilesystem"], true, "{sc}");
+    assert_eq!(sc["allowPrivilegeEscalation"], false, "{sc}");
+    assert_eq!(sc["capabilities"]["drop"], json!(["ALL"]), "{sc}");
+    assert_eq!(sc["seccompProfile"]["type"], "RuntimeDefault", "{sc}");
+    assert_eq!(c["command"], json!(["/usr/local/bin/twc"]));
+    assert_eq!(c["args"][0], "run");
+    let port = |name: &str| {
+        c["ports"]
+            .as_array()
+            .and_then(|ps| ps.iter().find(|p| p["name"] == name))
+            .map(|p| p["containerPort"].clone())
+            .unwrap_or_else(|| panic!("no port {name}: {c}"))
+    };
+    assert_eq!(port("metrics"), 8080);
+    assert_eq!(port("health"), 8081);
+    for (probe, path) in [("livenessProbe", "/livez"), ("readinessProbe", "/readyz")] {
+        assert_eq!(c[probe]["httpGet"]["path"], path, "{probe}: {c}");
+        assert_eq!(c[probe]["httpGet"]["port"], "health", "{probe}: {c}");
+    }
+    let pod_namespace = env(&c)
+        .into_iter()
+        .find(|(n, _)| n == "POD_NAMESPACE")
+        .map(|(_, e)| e["valueFrom"]["fieldRef"]["fieldPath"].clone());
+    assert_eq!(pod_namespace, Some(json!("metadata.namespace")));
+    assert_eq!(env_value(&c, "LEADER_ELECT").as_deref(), Some("true"));
+    assert_eq!(
+        env_value(&c, "LEADER_ELECTION_NAMESPACE").as_deref(),
+        Some(namespace)
+    );
+    assert_eq!(
+        env_value(&c, "METRICS_BIND_ADDRESS").as_deref(),
+        Some("0.0.0.0:8080")
+    );
+    assert_eq!(
+        env_value(&c, "HEALTH_PROBE_BIND_ADDRESS").as_deref(),
+        Some("0.0.0.0:8081")
+    );
+    // The metrics Service selects the Deployment's pods.
+    let service = one(docs, "Service", &format!("{fullname}-metrics"));
+    let pod_labels = &deployment["spec"]["template"]["metadata"]["labels"];
+    for (k, v) in service["spec"]["selector"]
+        .as_object()
+        .into_iter()
+        .flatten()
+    {
+        assert_eq!(&pod_labels[k], v, "Service selector {k}");
+    }
+    c
+}
+
+/// Every variable the chart sets (all values given) is one `twc run` reads, as `--help` says.
+async fn check_env_names_are_the_binarys(release: &str) {
+    let all = [
+        "identity=helm-test",
+        "fastPollSeconds=1",
+        "steadyPollSeconds=5",
+        "maxUndeletableVersions=10",
+        "leaderElection.leaseSeconds=10",
+        "leaderElection.renewDeadlineSeconds=7",
+        "leaderElection.retrySeconds=2",
+        "watchNamespaces={a,b}",
+    ];
+    let args: Vec<&str> = all.iter().flat_map(|v| ["--set", v]).collect();
+    let docs = helm_template(release, CHART, release, &args).await;
+    let deployment = one(&docs, "Deployment", &format!("{release}{FULLNAME_SUFFIX}"));
+    let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+    let names: Vec<String> = env(container).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names.len(), 16, "{names:?}");
+    assert_eq!(
+        env_value(container, "WATCH_NAMESPACES").as_deref(),
+        Some("a,b")
+    );
+    let twc = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::process::Command::new(&twc)
+        .args(["run", "--help"])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", twc.display()));
+    let help = String::from_utf8_lossy(&out.stdout);
+    for name in names.iter().filter(|n| *n != "POD_NAMESPACE") {
+        assert!(
+            help.contains(&format!("[env: {name}=")),
+            "the chart sets {name}, which `twc run` does not read:\n{help}"
+        );
+    }
+}
+
+/// The leader-election Role in the release namespace lets the ServiceAccount hold its Lease.
+async fn check_leader_election(sa_client: &Client, namespace: &str, id: &str) {
+    let leases: Api<Lease> = Api::namespaced(sa_client.clone(), namespace);
+    let lease: Lease =
+        from_json(json!({"metadata": {"name": id}, "spec": {"holderIdentity": "helm-test"}}));
+    let mut lease = leases
+        .create(&PostParams::default(), &lease)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the leader-election Role does not allow creating the Lease: {e}")
+        });
+    lease.spec.get_or_insert_default().lease_duration_seconds = Some(15);
+    leases
+        .replace(id, &PostParams::default(), &lease)
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the leader-election Role does not allow updating the Lease: {e}")
+        });
+}
+
+/// Numbers as f64, so `0.0` (as generated) equals `0` (after Helm's YAML round trip).
+fn normalize(v: &Value) -> Value {
+    match v {
+        Value::Number(n) => json!(n.as_f64()),
+        Value::Array(a) => Value::Array(a.iter().map(normalize).collect()),
+        Value::Object(o) => {
+            Value::Object(o.iter().map(|(k, v)| (k.clone(), normalize(v))).collect())
+        }
+        other => other.clone(),
+    }
+}
+
+/// The CRDs chart renders the CRDs the harness installs, with the keep policy, and the
+/// apiserver accepts them (server-side dry run).
+async fn check_crds_chart(admin: &Client, release: &str) {
+    let docs = helm_template(release, CRDS_CHART, "default", &[]).await;
+    let expected = twc_api::crd::all();
+    assert_eq!(
+        of_kind(&docs, "CustomResourceDefinition").count(),
+        expected.len()
+    );
+    for crd in &expected {
+        let name = crd.name_any();
+        let rendered = one(&docs, "CustomResourceDefinition", &name);
+        assert_eq!(
+            rendered["metadata"]["annotations"]["helm.sh/resource-policy"], "keep",
+            "{name}"
+        );
+        let want = serde_json::to_value(&crd.spec).unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            normalize(&rendered["spec"]) == normalize(&want),
+            "the CRDs chart's {name} differs from `twc crd`: run hack/generate.sh"
+        );
+    }
+    apply(admin, &docs, &["CustomResourceDefinition"], true).await;
+    let kept = helm_template(release, CRDS_CHART, "default", &["--set", "keep=false"]).await;
+    assert!(
+        of_kind(&kept, "CustomResourceDefinition")
+            .all(|d| d["metadata"]["annotations"]["helm.sh/resource-policy"].is_null()),
+        "keep=false drops the keep policy"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_the_controller_cluster_wide() -> TestResult {
+    let logs = capture_logs();
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let system = w.env.namespace("helm-c").await?;
+    check_crds_chart(&admin, &system).await;
+    check_env_names_are_the_binarys(&system).await;
+
+    // The release is named after its namespace, so its cluster-wide names are unique too.
+    let docs = helm_template(&system, CHART, &system, &[]).await;
+    let fullname = format!("{system}{FULLNAME_SUFFIX}");
+    let c = check_deployment(&docs, &fullname, &system);
+    assert_eq!(env_value(&c, "WATCH_NAMESPACES"), None, "all namespaces");
+    let (namespaced, cluster_scoped) = twc_controller::rbac::cluster_wide();
+    assert_eq!(
+        rules(one(&docs, "ClusterRole", &fullname)),
+        generated_rules(&namespaced)
+    );
+    assert_eq!(
+        rules(one(
+            &docs,
+            "ClusterRole",
+            &format!("{fullname}-cluster-scoped")
+        )),
+        generated_rules(&cluster_scoped)
+    );
+    assert_eq!(
+        rules(one(&docs, "Role", &format!("{fullname}-leader-election"))),
+        generated_rules(&twc_controller::rbac::leader_election(None))
+    );
+    assert_eq!(of_kind(&docs, "ClusterRoleBinding").count(), 2);
+
+    apply(&admin, &docs, RBAC, false).await;
+    apply(&admin, &docs, &["Deployment", "Service"], true).await;
+    let sa_client = w
+        .env
+        .control_plane
+        .client_as_service_account(&system, &fullname)
+        .await?;
+    let lease = env_value(&c, "LEADER_ELECTION_ID").unwrap_or_default();
+    assert_eq!(lease, fullname);
+    check_leader_election(&sa_client, &system, &lease).await;
+
+    let (handle, fut) = prepare(sa_client, test_config()).await;
+    assert!(
+        handle.cluster_connections,
+        "the chart's ClusterRoles allow ClusterConnections"
+    );
+    let controller = tokio::spawn(fut);
+    let cc = format!("helm-{system}");
+    w.cluster_connection(&cc).await;
+    let a = w.tenant("helm-c-a").await;
+    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
+    wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
+    delete_wd(&admin, &a, "w").await;
+    wait_wd_gone(&admin, &a, "w", ROLLOUT).await;
+    Api::<twc_api::ClusterConnection>::all(admin.clone())
+        .delete(&cc, &DeleteParams::default())
+        .await?;
+    controller.abort();
+    delete_cluster_rbac(&admin, &docs).await;
+    assert_no_forbidden(&logs);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
+    let logs = capture_logs();
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let system = w.env.namespace("helm-n").await?;
+    let a = w.tenant("helm-n-a").await;
+
+    let watch = format!("watchNamespaces={{{a}}}");
+    let docs = helm_template(
+        &system,
+        CHART,
+        &system,
+        &["--set", "rbac.scope=namespaced", "--set", &watch],
+    )
+    .await;
+    let fullname = format!("{system}{FULLNAME_SUFFIX}");
+    let c = check_deployment(&docs, &fullname, &system);
+    assert_eq!(
+        env_value(&c, "WATCH_NAMESPACES").as_deref(),
+        Some(a.as_str())
+    );
+    for d in of_kind(&docs, "Role").chain(of_kind(&docs, "ClusterRole")) {
+        assert!(
+            !d["rules"].to_string().contains("clusterconnections"),
+            "namespace-scoped rendering grants ClusterConnection rights: {d}"
+        );
+    }
+    assert!(
+        of_kind(&docs, "ClusterRole").all(|d| d["metadata"]["name"] != fullname.as_str()),
+        "no ClusterRole for namespaced kinds"
+    );
+    let role = of_kind(&docs, "Role")
+        .find(|d| d["metadata"]["name"] == fullname.as_str())
+        .unwrap_or_else(|| panic!("no Role {fullname}"));
+    assert_eq!(role["metadata"]["namespace"], a.as_str());
+    let (generated_role, generated_cluster) = twc_controller::rbac::namespace_scoped(None);
+    assert_eq!(rules(role), generated_rules(&generated_role));
+    assert_eq!(
+        rules(one(
+            &docs,
+            "ClusterRole",
+            &format!("{fullname}-cluster-scoped")
+        )),
+        generated_rules(&generated_cluster)
+    );
+
+    apply(&admin, &docs, RBAC, false).await;
+    apply(&admin, &docs, &["Deployment", "Service"], true).await;
+    let sa_client = w
+        .env
+        .control_plane
+        .client_as_service_account(&system, &fullname)
+        .await?;
+    let mut config = test_config();
+    config.watch_namespaces = vec![a.clone()];
+    let (handle, fut) = prepare(sa_client, config).await;
+    assert!(
+        !handle.cluster_connections,
+        "namespace-scoped: no ClusterConnection rights"
+    );
+    let controller = tokio::spawn(fut);
+    w.connection(&a, "temporal").await;
+    w.worker_deployment(&a, "w", by_name("temporal"), "v1")
+        .await;
+    wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
+    delete_wd(&admin, &a, "w").await;
+    wait_wd_gone(&admin, &a, "w", ROLLOUT).await;
+    controller.abort();
+    delete_cluster_rbac(&admin, &docs).await;
+    assert_no_forbidden(&logs);
+    Ok(())
+}
+
+fn assert_no_forbidden(logs: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
+    let text =
+        String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).to_lowercase();
+    let forbidden: Vec<&str> = text.lines().filter(|l| l.contains("forbidden")).collect();
+    assert!(
+        forbidden.is_empty(),
+        "the controller hit RBAC denials:\n{}",
+        forbidden.join("\n")
+    );
+}
