@@ -28,75 +28,78 @@ enum RbacMode {
     Namespaced,
 }
 
+#[derive(clap::Args)]
+struct RunArgs {
+    /// Watch only these namespaces (comma-separated); default: all.
+    #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',')]
+    watch_namespaces: Vec<String>,
+    /// Identity on Temporal writes and the manager identity the controller claims.
+    /// Default: `temporal-worker-controller/<uid of the kube-system namespace>`, stable
+    /// for a cluster and distinct between clusters.
+    #[arg(long, env = "CONTROLLER_IDENTITY")]
+    identity: Option<String>,
+    /// Poll interval while a rollout moves, in seconds.
+    #[arg(long, env = "TWC_FAST_POLL_SECONDS", default_value_t = 2)]
+    fast_poll_seconds: u64,
+    /// Poll interval when nothing moves, in seconds.
+    #[arg(long, env = "TWC_STEADY_POLL_SECONDS", default_value_t = 60)]
+    steady_poll_seconds: u64,
+    /// Do not create a new version while this many versions cannot be deleted (75% of the
+    /// server's matching.maxVersionsInDeployment, 100 by default).
+    #[arg(
+        long,
+        env = "CONTROLLER_MAX_DEPLOYMENT_VERSIONS_INELIGIBLE_FOR_DELETION",
+        default_value_t = 75
+    )]
+    max_undeletable_versions: usize,
+    /// Where `/metrics` is served.
+    #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
+    metrics_bind_address: SocketAddr,
+    /// Where `/livez` and `/readyz` are served (may equal the metrics address).
+    #[arg(
+        long,
+        env = "HEALTH_PROBE_BIND_ADDRESS",
+        default_value = "0.0.0.0:8081"
+    )]
+    health_probe_bind_address: SocketAddr,
+    /// Run only while holding a Lease, so that of several replicas exactly one writes.
+    #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    leader_elect: bool,
+    /// Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster service
+    /// account's namespace, else `default`.
+    #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
+    leader_election_namespace: Option<String>,
+    /// Name of the Lease.
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_ID",
+        default_value = "temporal-worker-controller"
+    )]
+    leader_election_id: String,
+    /// How long a Lease stays valid without renewal; a standby takes over after this.
+    #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 10)]
+    leader_election_lease_seconds: u64,
+    /// The leader steps down if it could not renew for this long (less than the lease).
+    #[arg(
+        long,
+        env = "LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
+        default_value_t = 7
+    )]
+    leader_election_renew_deadline_seconds: u64,
+    /// How often the leader renews and a standby retries.
+    #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
+    leader_election_retry_seconds: u64,
+    #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
+    /// Log filter, e.g. `info` or `twc_controller=debug,info`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    log_level: String,
+}
+
 #[derive(Subcommand)]
 enum Command {
     /// Run the controller (kubeconfig from KUBECONFIG / ~/.kube/config, or in-cluster).
-    Run {
-        /// Watch only these namespaces (comma-separated); default: all.
-        #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',')]
-        watch_namespaces: Vec<String>,
-        /// Identity on Temporal writes and the manager identity the controller claims.
-        /// Default: `temporal-worker-controller/<uid of the kube-system namespace>`, stable
-        /// for a cluster and distinct between clusters.
-        #[arg(long, env = "CONTROLLER_IDENTITY")]
-        identity: Option<String>,
-        /// Poll interval while a rollout moves, in seconds.
-        #[arg(long, env = "TWC_FAST_POLL_SECONDS", default_value_t = 2)]
-        fast_poll_seconds: u64,
-        /// Poll interval when nothing moves, in seconds.
-        #[arg(long, env = "TWC_STEADY_POLL_SECONDS", default_value_t = 60)]
-        steady_poll_seconds: u64,
-        /// Do not create a new version while this many versions cannot be deleted (75% of the
-        /// server's matching.maxVersionsInDeployment, 100 by default).
-        #[arg(
-            long,
-            env = "CONTROLLER_MAX_DEPLOYMENT_VERSIONS_INELIGIBLE_FOR_DELETION",
-            default_value_t = 75
-        )]
-        max_undeletable_versions: usize,
-        /// Where `/metrics` is served.
-        #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
-        metrics_bind_address: SocketAddr,
-        /// Where `/livez` and `/readyz` are served (may equal the metrics address).
-        #[arg(
-            long,
-            env = "HEALTH_PROBE_BIND_ADDRESS",
-            default_value = "0.0.0.0:8081"
-        )]
-        health_probe_bind_address: SocketAddr,
-        /// Run only while holding a Lease, so that of several replicas exactly one writes.
-        #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
-        leader_elect: bool,
-        /// Namespace of the Lease. Default: $POD_NAMESPACE, else the in-cluster service
-        /// account's namespace, else `default`.
-        #[arg(long, env = "LEADER_ELECTION_NAMESPACE")]
-        leader_election_namespace: Option<String>,
-        /// Name of the Lease.
-        #[arg(
-            long,
-            env = "LEADER_ELECTION_ID",
-            default_value = "temporal-worker-controller"
-        )]
-        leader_election_id: String,
-        /// How long a Lease stays valid without renewal; a standby takes over after this.
-        #[arg(long, env = "LEADER_ELECTION_LEASE_SECONDS", default_value_t = 10)]
-        leader_election_lease_seconds: u64,
-        /// The leader steps down if it could not renew for this long (less than the lease).
-        #[arg(
-            long,
-            env = "LEADER_ELECTION_RENEW_DEADLINE_SECONDS",
-            default_value_t = 7
-        )]
-        leader_election_renew_deadline_seconds: u64,
-        /// How often the leader renews and a standby retries.
-        #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
-        leader_election_retry_seconds: u64,
-        #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
-        log_format: LogFormat,
-        /// Log filter, e.g. `info` or `twc_controller=debug,info`.
-        #[arg(long, env = "LOG_LEVEL", default_value = "info")]
-        log_level: String,
-    },
+    Run(Box<RunArgs>),
     /// Print the RBAC the controller needs, or write it into a directory.
     Rbac {
         /// `cluster` (ClusterRoles) or `namespaced` (a Role per watched namespace plus a
@@ -119,23 +122,24 @@ fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd { dir } => crd(dir),
         Command::Rbac { mode, dir } => rbac(mode, dir),
-        Command::Run {
-            watch_namespaces,
-            identity,
-            fast_poll_seconds,
-            steady_poll_seconds,
-            max_undeletable_versions,
-            metrics_bind_address,
-            health_probe_bind_address,
-            leader_elect,
-            leader_election_namespace,
-            leader_election_id,
-            leader_election_lease_seconds,
-            leader_election_renew_deadline_seconds,
-            leader_election_retry_seconds,
-            log_format,
-            log_level,
-        } => {
+        Command::Run(args) => {
+            let RunArgs {
+                watch_namespaces,
+                identity,
+                fast_poll_seconds,
+                steady_poll_seconds,
+                max_undeletable_versions,
+                metrics_bind_address,
+                health_probe_bind_address,
+                leader_elect,
+                leader_election_namespace,
+                leader_election_id,
+                leader_election_lease_seconds,
+                leader_election_renew_deadline_seconds,
+                leader_election_retry_seconds,
+                log_format,
+                log_level,
+            } = *args;
             init_logging(log_format, &log_level);
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
