@@ -255,6 +255,41 @@ async fn check_env_names_are_the_binarys(release: &str) {
     }
 }
 
+/// The rendered pod is admitted in a namespace enforcing the `restricted` Pod Security
+/// Standard (server-side dry run), and the same pod without the container's securityContext is
+/// not, so the check is live.
+async fn check_pod_security(admin: &Client, docs: &[Value], fullname: &str, namespace: &str) {
+    use k8s_openapi::api::core::v1::{Namespace, Pod};
+    let label =
+        json!({"metadata": {"labels": {"pod-security.kubernetes.io/enforce": "restricted"}}});
+    Api::<Namespace>::all(admin.clone())
+        .patch(namespace, &PatchParams::default(), &Patch::Merge(&label))
+        .await
+        .unwrap_or_else(|e| panic!("label {namespace}: {e}"));
+    let template = &one(docs, "Deployment", fullname)["spec"]["template"];
+    let pod = |spec: Value| -> Pod {
+        from_json(json!({
+            "metadata": {"name": "pod-security", "labels": template["metadata"]["labels"]},
+            "spec": spec,
+        }))
+    };
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), namespace);
+    let dry_run = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    pods.create(&dry_run, &pod(template["spec"].clone()))
+        .await
+        .unwrap_or_else(|e| panic!("the chart's pod is not admitted as restricted: {e}"));
+    let mut loose = template["spec"].clone();
+    loose["containers"][0]["securityContext"] = json!({});
+    let rejected = pods.create(&dry_run, &pod(loose)).await;
+    assert!(
+        matches!(&rejected, Err(kube::Error::Api(s)) if s.message.contains("PodSecurity")),
+        "the restricted check is not enforced: {rejected:?}"
+    );
+}
+
 /// The leader-election Role in the release namespace lets the ServiceAccount hold its Lease.
 async fn check_leader_election(sa_client: &Client, namespace: &str, id: &str) {
     let leases: Api<Lease> = Api::namespaced(sa_client.clone(), namespace);
@@ -353,6 +388,7 @@ async fn the_chart_runs_the_controller_cluster_wide() -> TestResult {
 
     apply(&admin, &docs, RBAC, false).await;
     apply(&admin, &docs, &["Deployment", "Service"], true).await;
+    check_pod_security(&admin, &docs, &fullname, &system).await;
     let sa_client = w
         .env
         .control_plane
@@ -461,7 +497,11 @@ async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
 fn assert_no_forbidden(logs: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
     let text =
         String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).to_lowercase();
-    let forbidden: Vec<&str> = text.lines().filter(|l| l.contains("forbidden")).collect();
+    // The deliberate Pod Security rejection of `check_pod_security` is not an RBAC denial.
+    let forbidden: Vec<&str> = text
+        .lines()
+        .filter(|l| l.contains("forbidden") && !l.contains("violates podsecurity"))
+        .collect();
     assert!(
         forbidden.is_empty(),
         "the controller hit RBAC denials:\n{}",
