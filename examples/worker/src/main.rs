@@ -8,6 +8,10 @@
 //! `TEMPORAL_TASK_QUEUE`, or else the WorkerDeployment's name (the part of the deployment name
 //! after `/`).
 //!
+//! With `TEMPORAL_WORKER_UNVERSIONED=true` it polls without worker versioning (as a worker
+//! from before the migration to versioning does); then only the address, namespace and
+//! `TEMPORAL_TASK_QUEUE` are needed.
+//!
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
 //! * `Fail` - fails at once (a failing gate);
@@ -82,15 +86,23 @@ fn read(path_var: &str) -> anyhow::Result<Option<Vec<u8>>> {
 async fn main() -> anyhow::Result<()> {
     let address = env("TEMPORAL_ADDRESS")?;
     let namespace = env("TEMPORAL_NAMESPACE")?;
-    let deployment = env("TEMPORAL_DEPLOYMENT_NAME")?;
-    let build_id = env("TEMPORAL_WORKER_BUILD_ID")?;
-    let task_queue = std::env::var("TEMPORAL_TASK_QUEUE").unwrap_or_else(|_| {
-        deployment
-            .rsplit('/')
-            .next()
-            .unwrap_or(&deployment)
-            .to_string()
-    });
+    let unversioned = std::env::var("TEMPORAL_WORKER_UNVERSIONED").is_ok_and(|v| v == "true");
+    let (deployment, build_id, task_queue) = if unversioned {
+        let build_id =
+            std::env::var("TEMPORAL_WORKER_BUILD_ID").unwrap_or_else(|_| "unversioned".into());
+        (String::new(), build_id, env("TEMPORAL_TASK_QUEUE")?)
+    } else {
+        let deployment = env("TEMPORAL_DEPLOYMENT_NAME")?;
+        let build_id = env("TEMPORAL_WORKER_BUILD_ID")?;
+        let task_queue = std::env::var("TEMPORAL_TASK_QUEUE").unwrap_or_else(|_| {
+            deployment
+                .rsplit('/')
+                .next()
+                .unwrap_or(&deployment)
+                .to_string()
+        });
+        (deployment, build_id, task_queue)
+    };
 
     let api_key = std::env::var("TEMPORAL_API_KEY").ok();
     let cert = read("TEMPORAL_TLS_CLIENT_CERT_PATH")?;
@@ -132,18 +144,21 @@ async fn main() -> anyhow::Result<()> {
     let client = Client::new(connection, ClientOptions::new(namespace.clone()).build())?;
 
     let runtime = Runtime::from_current_tokio(Default::default())?;
-    let options = WorkerOptions::new(task_queue.clone())
-        .deployment_options(
-            WorkerDeploymentOptions::new(
-                WorkerDeploymentVersion::builder()
-                    .deployment_name(deployment.clone())
-                    .build_id(build_id.clone())
-                    .build(),
-            )
-            .use_worker_versioning(true)
-            .default_versioning_behavior(VersioningBehavior::Pinned)
-            .build(),
+    let deployment_options = if unversioned {
+        WorkerDeploymentOptions::from_build_id(build_id.clone())
+    } else {
+        WorkerDeploymentOptions::new(
+            WorkerDeploymentVersion::builder()
+                .deployment_name(deployment.clone())
+                .build_id(build_id.clone())
+                .build(),
         )
+        .use_worker_versioning(true)
+        .default_versioning_behavior(VersioningBehavior::Pinned)
+        .build()
+    };
+    let options = WorkerOptions::new(task_queue.clone())
+        .deployment_options(deployment_options)
         .register_workflow::<Succeed>()?
         .register_workflow::<Fail>()?
         .register_workflow::<Sleep>()?
