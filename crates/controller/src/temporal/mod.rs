@@ -1,6 +1,7 @@
 //! The Temporal side: the client pool and the worker-deployment RPCs the controller uses,
 //! mapped into plain values the planner reads.
 
+pub mod gates;
 pub mod pool;
 
 use std::collections::BTreeMap;
@@ -73,7 +74,12 @@ pub async fn describe(
     .await
     {
         Ok(r) => r.into_inner(),
-        Err(s) if s.code() == Code::NotFound && !s.message().contains("namespace") => {
+        // "Namespace x is not found." is an error; "no Worker Deployment found with name
+        // 'ns/wd'" (whatever the names) is not.
+        Err(s)
+            if s.code() == Code::NotFound
+                && !s.message().starts_with(&format!("Namespace {namespace} ")) =>
+        {
             return Ok(DeploymentState::default());
         }
         Err(s) => return Err(s),
