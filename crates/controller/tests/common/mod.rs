@@ -41,10 +41,16 @@ static WORLD: OnceLock<Result<World, String>> = OnceLock::new();
 
 /// The world of this test binary; with `controller`, a cluster-wide controller runs in it.
 pub async fn world(controller: bool) -> Result<&'static World, String> {
+    world_with(controller.then(test_config)).await
+}
+
+/// The world of this test binary, with a cluster-wide controller configured by `config` (if
+/// any). The first call decides: every test of a binary must ask for the same.
+pub async fn world_with(config: Option<Config>) -> Result<&'static World, String> {
     capture_logs();
     let w = tokio::task::spawn_blocking(move || {
         WORLD.get_or_init(|| {
-            std::thread::spawn(move || init(controller))
+            std::thread::spawn(move || init(config))
                 .join()
                 .unwrap_or_else(|_| Err("world init panicked".into()))
         })
@@ -65,7 +71,7 @@ pub fn test_config() -> Config {
     }
 }
 
-fn init(controller: bool) -> Result<World, String> {
+fn init(controller: Option<Config>) -> Result<World, String> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -94,8 +100,8 @@ fn init(controller: bool) -> Result<World, String> {
                 .map_err(|e| e.to_string())?;
         env.pod_runner
             .register_image(WORKER_IMAGE, LocalImage::new(worker));
-        let handle = if controller {
-            let (handle, fut) = prepare(client, test_config()).await;
+        let handle = if let Some(config) = controller {
+            let (handle, fut) = prepare(client, config).await;
             tokio::spawn(fut);
             Some(handle)
         } else {

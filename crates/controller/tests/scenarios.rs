@@ -1,0 +1,103 @@
+//! TWC's integration scenarios (its `TestIntegration` subtests), against the real environment:
+//! kube-apiserver, kube-controller-manager, the Temporal dev server, and the example worker
+//! run as real processes for the versioned Deployments. Each test is one TWC subtest, with the
+//! name in snake case (`6th-`/`7th-` become `sixth_`/`seventh_`); where our controller differs
+//! on purpose, the scenario says so and checks our behaviour.
+//!
+//! Not here (other work in progress): gate workflows, the unversioned-poller ramp (TWC 20),
+//! WorkerResourceTemplates and rate limiting.
+//!
+//! Scenarios run concurrently in the background; see `scenarios/runner.rs`.
+
+mod common;
+#[path = "scenarios/conditions.rs"]
+mod conditions;
+#[path = "scenarios/deletion.rs"]
+mod deletion;
+#[path = "scenarios/harness.rs"]
+mod harness;
+#[path = "scenarios/identity.rs"]
+mod identity;
+#[path = "scenarios/limits.rs"]
+mod limits;
+#[path = "scenarios/rollout.rs"]
+mod rollout;
+#[path = "scenarios/runner.rs"]
+mod runner;
+
+use common::TestResult;
+
+/// One libtest test per scenario, and the table the runner starts them from. Longest first:
+/// the runner starts them in this order.
+macro_rules! scenarios {
+    ($($name:ident => $body:path,)*) => {
+        const NAMES: &[&str] = &[$(stringify!($name)),*];
+
+        fn body(
+            name: &str,
+            w: &'static common::World,
+        ) -> Option<futures::future::BoxFuture<'static, ()>> {
+            match name {
+                $(stringify!($name) => Some(Box::pin($body(w))),)*
+                _ => None,
+            }
+        }
+
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() -> TestResult {
+                runner::outcome(stringify!($name), NAMES, body).await.map_err(Into::into)
+            }
+        )*
+    };
+}
+
+scenarios! {
+    seventh_rollout_unblocked_after_pollers_die_version_deleted =>
+        limits::seventh_rollout_unblocked_after_pollers_die_version_deleted,
+    sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions =>
+        limits::sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions,
+    manual_rollout_blocked_at_max_versions_ineligible_for_deletion =>
+        limits::manual_rollout_blocked_at_max_versions_ineligible_for_deletion,
+    all_at_once_blocked_at_max_versions_ineligible_for_deletion =>
+        limits::all_at_once_blocked_at_max_versions_ineligible_for_deletion,
+    progressive_rollout_blocked_at_ctrlr_max_versions =>
+        limits::progressive_rollout_blocked_at_ctrlr_max_versions,
+    manual_rollout_unblocked_after_manager_identity_cleared =>
+        identity::manual_rollout_unblocked_after_manager_identity_cleared,
+    all_at_once_unblocked_after_manager_identity_cleared =>
+        identity::all_at_once_unblocked_after_manager_identity_cleared,
+    progressive_rollout_unblocked_after_manager_identity_cleared =>
+        identity::progressive_rollout_unblocked_after_manager_identity_cleared,
+    manual_rollout_blocked_by_manager_identity =>
+        identity::manual_rollout_blocked_by_manager_identity,
+    all_at_once_rollout_blocked_by_manager_identity =>
+        identity::all_at_once_rollout_blocked_by_manager_identity,
+    progressive_rollout_blocked_by_manager_identity =>
+        identity::progressive_rollout_blocked_by_manager_identity,
+    manual_rollout_scale_down_deprecated_versions =>
+        rollout::manual_rollout_scale_down_deprecated_versions,
+    all_at_once_expect_scale_down_deprecated_versions =>
+        rollout::all_at_once_expect_scale_down_deprecated_versions,
+    deletion_sets_current_to_unversioned => deletion::deletion_sets_current_to_unversioned,
+    deletion_removes_connection_finalizer => deletion::deletion_removes_connection_finalizer,
+    manual_rollout_custom_build_expect_rolling_update =>
+        rollout::manual_rollout_custom_build_expect_rolling_update,
+    all_at_once_rollback_expect_immediate_promotion =>
+        rollout::all_at_once_rollback_expect_immediate_promotion,
+    progressive_rollout_expect_first_step => rollout::progressive_rollout_expect_first_step,
+    manual_rollout_yes_unversioned_pollers_expect_no_current =>
+        rollout::manual_rollout_yes_unversioned_pollers_expect_no_current,
+    all_at_once_yes_unversioned_pollers_expect_current =>
+        rollout::all_at_once_yes_unversioned_pollers_expect_current,
+    manual_rollout_expect_no_change => rollout::manual_rollout_expect_no_change,
+    manual_rollout_expect_deployments_scaled_up =>
+        rollout::manual_rollout_expect_deployments_scaled_up,
+    progressive_rollout_no_unversioned_pollers_expect_all_at_once =>
+        rollout::progressive_rollout_no_unversioned_pollers_expect_all_at_once,
+    conditions_progressing => conditions::conditions_progressing,
+    conditions_ready_reason_rollout_complete => conditions::conditions_ready_reason_rollout_complete,
+    conditions_missing_connection => conditions::conditions_missing_connection,
+    conditions_client_creation_failed => conditions::conditions_client_creation_failed,
+    conditions_temporal_state_fetch_failed => conditions::conditions_temporal_state_fetch_failed,
+}

@@ -1,0 +1,207 @@
+//! Rollouts by strategy (TWC's manual, all-at-once and progressive test tables, without the
+//! gate, version-limit and manager-identity cases, which have their own files).
+
+use serde_json::json;
+use twc_api::VersionStatus::{Current, Drained, Inactive, Ramping};
+use twc_testenv::LocalImage;
+
+use crate::common::World;
+use crate::harness::*;
+
+/// `manual-rollout-expect-no-change`: Manual never promotes, even the first version.
+pub async fn manual_rollout_expect_no_change(w: &'static World) {
+    // TWC's image name, with characters a build ID cannot carry (`/`, `:`); the pod runner
+    // runs the example worker for it.
+    let worker = twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")
+        .unwrap_or_else(|e| panic!("{e}"));
+    w.env
+        .pod_runner
+        .register_image("my.app/test/foo_bar", LocalImage::new(worker));
+    let mut s = Scenario::new(w, "manual-no-change").await;
+    s.create(s.spec(manual(), "my.app/test/foo_bar:v1.0")).await;
+    let target = s.target_build_id();
+    assert!(
+        !target.contains('/') && !target.contains(':') && target.starts_with("v1.0-"),
+        "build ID {target}"
+    );
+    s.connect().await;
+    s.settle(&Expect::target(&target, Inactive)).await;
+}
+
+/// `manual-rollout-expect-deployments-scaled-up`: the target runs `spec.replicas` workers.
+pub async fn manual_rollout_expect_deployments_scaled_up(w: &'static World) {
+    let mut s = Scenario::new(w, "manual-scaled-up").await;
+    let mut spec = s.spec(manual(), &image("v1.0"));
+    spec["replicas"] = json!(2);
+    s.create(spec).await;
+    let target = s.target_build_id();
+    s.connect().await;
+    s.wait_status(&Expect::target(&target, Inactive)).await;
+    s.wait_replicas(&target, 2).await;
+}
+
+/// `manual-rollout-custom-build-expect-rolling-update`: under a stable custom build ID, a new
+/// pod template updates the version's Deployment in place.
+pub async fn manual_rollout_custom_build_expect_rolling_update(w: &'static World) {
+    let mut s = Scenario::new(w, "manual-custom-build").await;
+    let mut spec = s.spec(manual(), &image("v1.1"));
+    spec["workerOptions"]["unsafeCustomBuildID"] = json!("custom-build");
+    s.create(spec).await;
+    // The version's Deployment as made from the previous template (image v1.0).
+    let old = s.existing_version(&image("v1.0"), 1).await;
+    assert_eq!(old, "custom-build");
+    s.wait_registered(&["custom-build"]).await;
+    let name = s.deployment_of("custom-build");
+    let before = s
+        .deployments()
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.connect().await;
+    let api = s.deployments();
+    twc_testenv::wait_for(&format!("{name} rolled to v1.1"), WAIT, || {
+        let api = api.clone();
+        let name = name.clone();
+        async move {
+            let d = api.get(&name).await.map_err(|e| e.to_string())?;
+            let image = d
+                .spec
+                .as_ref()
+                .and_then(|s| s.template.spec.as_ref())
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone());
+            let st = d.status.clone().unwrap_or_default();
+            let rolled = st.observed_generation == d.metadata.generation
+                && st.updated_replicas == Some(1)
+                && st.ready_replicas == Some(1)
+                && st.replicas == Some(1);
+            if image.as_deref() == Some(&*crate::harness::image("v1.1")) && rolled {
+                Ok(d)
+            } else {
+                Err(format!("image {image:?}, status {st:?}"))
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    let after = s
+        .deployments()
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        before.metadata.uid, after.metadata.uid,
+        "the Deployment was replaced, not updated"
+    );
+    s.settle(&Expect::target("custom-build", Inactive)).await;
+}
+
+/// `manual-rollout-scale-down-deprecated-versions` and
+/// `all-at-once-expect-scale-down-deprecated-versions`: (st) v1.0 registered but never
+/// promoted, v0 Drained; new target v2.0. The Inactive v1.0 goes to 0 replicas at once; the
+/// Drained v0 keeps its workers until `scaledownDelay` (1h) passes.
+async fn scale_down_deprecated(w: &'static World, prefix: &str, all_at_once_: bool) {
+    let mut s = Scenario::new(w, prefix).await;
+    let rollout = if all_at_once_ {
+        all_at_once()
+    } else {
+        manual()
+    };
+    s.create(s.spec(rollout, &image("v2.0"))).await;
+    let v0 = s.existing_version(&image("v0"), 1).await;
+    let v1 = s.existing_version(&image("v1.0"), 1).await;
+    s.wait_registered(&[&v0, &v1]).await;
+    s.set_current(&v0).await;
+    s.set_current("").await;
+    s.wait_versions(&[&v0], Drained).await;
+    s.connect().await;
+    let target = s.target_build_id();
+    let expect = if all_at_once_ {
+        Expect::target(&target, Current).current(&target)
+    } else {
+        Expect::target(&target, Inactive)
+    }
+    .deprecated(&v0, Drained)
+    .deprecated(&v1, Inactive);
+    s.wait_status(&expect).await;
+    s.wait_replicas(&v1, 0).await;
+    s.wait_replicas(&target, 1).await;
+    tokio::time::sleep(SETTLE).await;
+    s.assert_status(&expect).await;
+    s.wait_replicas(&v0, 1).await;
+}
+
+pub async fn manual_rollout_scale_down_deprecated_versions(w: &'static World) {
+    scale_down_deprecated(w, "manual-scale-down", false).await
+}
+
+pub async fn all_at_once_expect_scale_down_deprecated_versions(w: &'static World) {
+    scale_down_deprecated(w, "aao-scale-down", true).await
+}
+
+/// `manual-rollout-yes-unversioned-pollers-expect-no-current`.
+pub async fn manual_rollout_yes_unversioned_pollers_expect_no_current(w: &'static World) {
+    let mut s = Scenario::new(w, "manual-unversioned").await;
+    s.unversioned_workers().await;
+    s.create(s.spec(manual(), &image("v1"))).await;
+    let target = s.target_build_id();
+    s.connect().await;
+    s.settle(&Expect::target(&target, Inactive)).await;
+}
+
+/// `all-at-once-yes-unversioned-pollers-expect-current`: AllAtOnce does not look at
+/// unversioned pollers.
+pub async fn all_at_once_yes_unversioned_pollers_expect_current(w: &'static World) {
+    let mut s = Scenario::new(w, "aao-unversioned").await;
+    s.unversioned_workers().await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    let target = s.target_build_id();
+    s.connect().await;
+    s.wait_status(&Expect::target(&target, Current).current(&target))
+        .await;
+}
+
+/// `progressive-rollout-no-unversioned-pollers-expect-all-at-once`: with no current version
+/// and nobody else polling, Progressive promotes the first version at once.
+pub async fn progressive_rollout_no_unversioned_pollers_expect_all_at_once(w: &'static World) {
+    let mut s = Scenario::new(w, "prog-first").await;
+    s.create(s.spec(progressive(5, "1h"), &image("v1.0"))).await;
+    let target = s.target_build_id();
+    s.connect().await;
+    s.wait_status(&Expect::target(&target, Current).current(&target))
+        .await;
+}
+
+/// `progressive-rollout-expect-first-step`: (st) v0 current; v1.0 ramps to the first step.
+pub async fn progressive_rollout_expect_first_step(w: &'static World) {
+    let mut s = Scenario::new(w, "prog-first-step").await;
+    s.create(s.spec(progressive(5, "1h"), &image("v1.0"))).await;
+    let v0 = s.existing_version(&image("v0"), 1).await;
+    s.wait_registered(&[&v0]).await;
+    s.set_current(&v0).await;
+    s.connect().await;
+    let target = s.target_build_id();
+    s.settle(&Expect::target(&target, Ramping).ramp(5.0).current(&v0))
+        .await;
+}
+
+/// `all-at-once-rollback-expect-immediate-promotion`: (st) v2 current, v1 current until
+/// moments ago; target v1 is restored at once, and v2 drains.
+pub async fn all_at_once_rollback_expect_immediate_promotion(w: &'static World) {
+    let mut s = Scenario::new(w, "aao-rollback").await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    let v2 = s.existing_version(&image("v2"), 1).await;
+    s.wait_registered(&[&v1, &v2]).await;
+    s.set_current(&v1).await;
+    s.set_current(&v2).await;
+    s.wait_versions(&[&v1], Drained).await;
+    s.connect().await;
+    assert_eq!(s.target_build_id(), v1);
+    s.wait_status(
+        &Expect::target(&v1, Current)
+            .current(&v1)
+            .deprecated(&v2, Drained),
+    )
+    .await;
+}
