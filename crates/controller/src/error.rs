@@ -25,6 +25,10 @@ pub enum Error {
     #[error("{0}")]
     InvalidSpec(String),
 
+    /// An input of the plan could not be read (the gate's input from a ConfigMap or Secret).
+    #[error("{0}")]
+    PlanGenerationFailed(String),
+
     /// Carrying out the plan failed (a Kubernetes write or a Temporal routing change).
     #[error("{0}")]
     PlanExecutionFailed(String),
@@ -43,6 +47,7 @@ impl Error {
             Error::TemporalClientCreationFailed(_) => reason::TEMPORAL_CLIENT_CREATION_FAILED,
             Error::TemporalStateFetchFailed(_) => reason::TEMPORAL_STATE_FETCH_FAILED,
             Error::InvalidSpec(_) => reason::INVALID_SPEC,
+            Error::PlanGenerationFailed(_) => reason::PLAN_GENERATION_FAILED,
             Error::PlanExecutionFailed(_) | Error::Kube(_) => reason::PLAN_EXECUTION_FAILED,
         }
     }
@@ -51,7 +56,10 @@ impl Error {
     pub fn waits_for_user(&self) -> bool {
         matches!(
             self,
-            Error::InvalidSpec(_) | Error::ConnectionNotFound(_) | Error::AuthSecretInvalid(_)
+            Error::InvalidSpec(_)
+                | Error::ConnectionNotFound(_)
+                | Error::AuthSecretInvalid(_)
+                | Error::PlanGenerationFailed(_)
         )
     }
 }

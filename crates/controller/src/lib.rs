@@ -13,6 +13,7 @@ pub mod rbac;
 pub mod reconcile;
 pub mod scoped;
 pub mod status;
+pub mod target;
 pub mod temporal;
 
 pub use controller::{Config, run};

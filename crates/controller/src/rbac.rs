@@ -51,8 +51,11 @@ pub fn namespaced_rules() -> Vec<PolicyRule> {
             &["list", "watch", "create", "patch", "delete"],
         ),
         rule("apps", &["deployments/scale"], &["patch"]),
-        // Credential Secrets: metadata watched, read on a client-pool miss.
+        // Credential Secrets: metadata watched, read on a client-pool miss (and a gate's
+        // input from a Secret, read when the gate starts).
         rule("", &["secrets"], &["get", "list", "watch"]),
+        // A gate's input from a ConfigMap, read when the gate starts.
+        rule("", &["configmaps"], &["get"]),
         // Events for people.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

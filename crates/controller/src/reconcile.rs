@@ -21,6 +21,7 @@ use crate::metrics;
 use crate::plan::{self, Observed, Plan, Routing, build_id};
 use crate::scoped::Scoped;
 use crate::status;
+use crate::target;
 use crate::temporal::{self, Code, DeploymentState, WorkerDeploymentRef, pool::ClientPool};
 
 /// The field manager of every write.
@@ -59,7 +60,13 @@ impl Context {
         self.pool.identity()
     }
 
-    async fn event(&self, wd: &WorkerDeployment, type_: EventType, reason: &str, note: String) {
+    pub(crate) async fn event(
+        &self,
+        wd: &WorkerDeployment,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
         let ev = Event {
             type_,
             reason: reason.into(),
@@ -193,6 +200,10 @@ async fn reconcile_worker_deployment(
     for (reason, note) in transitions(&previous, &new_status) {
         ctx.event(&wd, EventType::Normal, reason, note).await;
     }
+    for note in gate_failures(&previous, &new_status) {
+        ctx.event(&wd, EventType::Warning, "GateWorkflowFailed", note)
+            .await;
+    }
     record_metrics(&wd, &new_status);
     write_status(&ctx.client, &wd, &previous, new_status).await?;
     Ok(action)
@@ -240,10 +251,13 @@ async fn pipeline(
             )));
         }
     };
+    let target_build = plan::target_build_id(wd);
+    let target_observed = target::observe(wd, &target, &target_build, &state).await?;
     let mut observed = Observed {
         now: Some(SystemTime::now()),
         deployments: owned_deployments(wd, &ctx.deployments),
         temporal: state,
+        target: target_observed,
     };
     let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
     execute(wd, ctx, &target, &plan, &mut observed)
@@ -343,6 +357,7 @@ async fn execute(
             }
         }
     }
+    target::start_gates(wd, ctx, temporal, plan, observed).await?;
     let identity = ctx.identity();
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
@@ -430,8 +445,35 @@ fn write_failed(verb: &str, ns: &str, name: &str, e: &kube::Error) -> Error {
     ))
 }
 
-/// Normal events for version transitions between two statuses: a version registered in
-/// Temporal (its workers poll) and a version drained.
+/// Gate runs that ended without success since the previous status (one event each).
+pub fn gate_failures(
+    before: &WorkerDeploymentStatus,
+    after: &WorkerDeploymentStatus,
+) -> Vec<String> {
+    use twc_api::WorkflowExecutionStatus as S;
+    let runs = |s: &WorkerDeploymentStatus| {
+        s.target_version
+            .as_ref()
+            .map(|t| t.test_workflows.clone())
+            .unwrap_or_default()
+    };
+    let old = runs(before);
+    runs(after)
+        .into_iter()
+        .filter(|w| !matches!(w.status, S::Running | S::Completed))
+        .filter(|w| {
+            !old.iter()
+                .any(|o| o.workflow_id == w.workflow_id && o.status == w.status)
+        })
+        .map(|w| {
+            format!(
+                "gate workflow {} (run {}) on task queue {} ended {:?}",
+                w.workflow_id, w.run_id, w.task_queue, w.status
+            )
+        })
+        .collect()
+}
+
 /// Every version in a status, by build ID.
 fn versions(s: &WorkerDeploymentStatus) -> BTreeMap<String, VersionStatus> {
     s.target_version
@@ -460,6 +502,8 @@ fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
     );
 }
 
+/// Normal events for version transitions between two statuses: a version registered in
+/// Temporal (its workers poll) and a version drained.
 pub fn transitions(
     before: &WorkerDeploymentStatus,
     after: &WorkerDeploymentStatus,

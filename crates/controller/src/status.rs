@@ -11,8 +11,8 @@ use kube::ResourceExt;
 use twc_api::conditions::{self as reason, PROGRESSING, READY};
 use twc_api::{
     BaseWorkerDeploymentVersion, CurrentWorkerDeploymentVersion, DeprecatedWorkerDeploymentVersion,
-    ObservedConnectionRef, TargetWorkerDeploymentVersion, VersionStatus, WorkerDeployment,
-    WorkerDeploymentStatus,
+    ObservedConnectionRef, TargetWorkerDeploymentVersion, TaskQueue, VersionStatus,
+    WorkerDeployment, WorkerDeploymentStatus,
 };
 
 use crate::connections::ConnKey;
@@ -57,6 +57,18 @@ pub fn versions(
         base: base(observed, target, &ns),
         ..Default::default()
     };
+    if state.current_build_id.as_deref() != Some(target) {
+        target_version.base.task_queues = observed
+            .target
+            .task_queues
+            .iter()
+            .filter(|q| q.workflow)
+            .map(|q| TaskQueue {
+                name: q.name.clone(),
+            })
+            .collect();
+        target_version.test_workflows = observed.target.gates.clone();
+    }
     if state.ramping_build_id.as_deref() == Some(target) {
         target_version.ramp_percentage = Some(state.ramp_percentage);
         target_version.ramping_since = state.ramping_since.and_then(time);

@@ -9,9 +9,13 @@ use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use twc_api::{ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment};
+use twc_api::{
+    ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment, WorkflowExecution,
+    WorkflowExecutionStatus,
+};
 
 use crate::temporal::DeploymentState;
+use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 
 /// A version that was current this recently is restored at once (no ramp, no gate).
 pub const ROLLBACK_WINDOW: Duration = Duration::from_secs(3600);
@@ -38,6 +42,52 @@ pub struct Observed {
     /// Owned versioned Deployments by build ID.
     pub deployments: BTreeMap<String, ObservedDeployment>,
     pub temporal: DeploymentState,
+    /// What was read about the target version while it is registered and not current.
+    pub target: TargetObserved,
+}
+
+/// The target version beyond `DescribeWorkerDeployment` (see [`needs`] for when each is read).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TargetObserved {
+    /// The task queues the target polls.
+    pub task_queues: Vec<TaskQueueRef>,
+    /// Its gate workflow runs, one per workflow task queue once started.
+    pub gates: Vec<WorkflowExecution>,
+    /// Whether every task queue still has an unversioned poller (a first rollout from
+    /// unversioned workers); None when not known (yet).
+    pub unversioned_pollers: Option<bool>,
+}
+
+/// Which extra reads the planner needs about the target version.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Needs {
+    pub task_queues: bool,
+    pub gates: bool,
+    pub unversioned_pollers: bool,
+}
+
+/// What to read about `target` before planning: its task queues while it is registered and
+/// not current (they are shown in the status); the gate runs if a gate is set; the
+/// unversioned-poller check for a Progressive first rollout (no current version yet).
+pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Needs {
+    let status = status_of(state, target);
+    let pending =
+        status != VersionStatus::NotRegistered && state.current_build_id.as_deref() != Some(target);
+    Needs {
+        task_queues: pending,
+        gates: pending && wd.spec.rollout.gate.is_some(),
+        unversioned_pollers: pending
+            && state.current_build_id.is_none()
+            && status == VersionStatus::Inactive
+            && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive,
+    }
+}
+
+/// A gate workflow to start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GateStart {
+    pub workflow_id: String,
+    pub task_queue: String,
 }
 
 /// A change to Temporal's routing.
@@ -62,6 +112,8 @@ pub struct Plan {
     pub delete_deployments: Vec<String>,
     /// Temporal versions to delete (their Deployments are gone).
     pub delete_versions: Vec<String>,
+    /// Gate workflows to start on the target (before any routing change).
+    pub start_gates: Vec<GateStart>,
     /// Claim the manager identity before the routing change.
     pub claim_manager: bool,
     pub routing: Option<Routing>,
@@ -103,6 +155,14 @@ impl Default for Limits {
     }
 }
 
+/// The build ID the spec asks for.
+pub fn target_build_id(wd: &WorkerDeployment) -> String {
+    build_id::build_id(
+        &wd.spec.template,
+        wd.spec.worker_options.unsafe_custom_build_id.as_deref(),
+    )
+}
+
 /// Plans one reconcile of `wd` through connection `conn`, as controller `identity`.
 pub fn plan(
     wd: &WorkerDeployment,
@@ -124,10 +184,7 @@ pub fn plan_with(
     let now = observed.now.unwrap_or_else(SystemTime::now);
     let spec = &wd.spec;
     let state = &observed.temporal;
-    let target = build_id::build_id(
-        &spec.template,
-        spec.worker_options.unsafe_custom_build_id.as_deref(),
-    );
+    let target = target_build_id(wd);
     let mut plan = Plan {
         target_build_id: target.clone(),
         ..Default::default()
@@ -251,6 +308,7 @@ pub fn plan_with(
     plan.delete_versions.sort();
     plan.delete_versions.dedup();
 
+    plan.start_gates = gate_starts(wd, &target, observed, now);
     plan.routing = routing(wd, &target, identity, observed, now, &mut plan);
     plan.claim_manager = plan.routing.is_some() && state.manager_identity.is_empty();
     // Waiting for pollers of a target scaled to zero would wait forever: that is not motion.
@@ -259,6 +317,36 @@ pub fn plan_with(
     plan.moving |= (current.as_deref() != Some(target.as_str()) && !target_scaled_to_zero)
         || plan.routing.is_some();
     plan
+}
+
+/// Gate workflows to start: one per workflow task queue of a registered, not yet current
+/// target that has none yet (not for a rollback, which skips the gate).
+fn gate_starts(
+    wd: &WorkerDeployment,
+    target: &str,
+    observed: &Observed,
+    now: SystemTime,
+) -> Vec<GateStart> {
+    let state = &observed.temporal;
+    if wd.spec.rollout.gate.is_none()
+        || !needs(wd, target, state).gates
+        || is_rollback(state, target, now)
+    {
+        return Vec::new();
+    }
+    let deployment_name =
+        build_id::temporal_deployment_name(&wd.namespace().unwrap_or_default(), &wd.name_any());
+    observed
+        .target
+        .task_queues
+        .iter()
+        .filter(|q| q.workflow)
+        .filter(|q| !observed.target.gates.iter().any(|g| g.task_queue == q.name))
+        .map(|q| GateStart {
+            workflow_id: gate_workflow_id(&deployment_name, target, &q.name),
+            task_queue: q.name.clone(),
+        })
+        .collect()
 }
 
 /// Versions Temporal cannot delete to make room: anything but Drained, or Drained with running
@@ -306,21 +394,36 @@ fn routing(
             .ramping_build_id
             .is_some()
             .then_some(Routing::ClearRamp)
+    } else if is_rollback(state, target, now) {
+        // Back to a version that was current recently: at once, without a gate.
+        Some(Routing::SetCurrent(target.to_string()))
     } else {
-        let recently_current = state
-            .versions
-            .get(target)
-            .and_then(|v| v.last_current_at)
-            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < ROLLBACK_WINDOW);
-        if recently_current || state.current_build_id.is_none() {
-            // Rollback to a recent version, or the first version: promote at once.
-            Some(Routing::SetCurrent(target.to_string()))
-        } else {
-            match rollout.strategy {
-                RolloutStrategyKind::AllAtOnce => Some(Routing::SetCurrent(target.to_string())),
-                RolloutStrategyKind::Progressive => progressive(wd, target, state, now),
-                RolloutStrategyKind::Manual => None,
+        if rollout.gate.is_some() {
+            match gate_verdict(target, &observed.target) {
+                Gate::Passed => {}
+                Gate::Pending => return None,
+                Gate::Failed(why) => {
+                    plan.blocked = Some(why);
+                    return None;
+                }
             }
+        }
+        match (rollout.strategy, state.current_build_id.is_some()) {
+            // The first version, from unversioned workers: ramp only if every task queue still
+            // has unversioned pollers to take the rest, else all new workflows would go to
+            // nobody.
+            (RolloutStrategyKind::Progressive, false) => {
+                match observed.target.unversioned_pollers {
+                    Some(true) => progressive(wd, target, state, now),
+                    Some(false) => Some(Routing::SetCurrent(target.to_string())),
+                    None => None,
+                }
+            }
+            (_, false) | (RolloutStrategyKind::AllAtOnce, true) => {
+                Some(Routing::SetCurrent(target.to_string()))
+            }
+            (RolloutStrategyKind::Progressive, true) => progressive(wd, target, state, now),
+            (RolloutStrategyKind::Manual, true) => None,
         }
     };
     let manager = &state.manager_identity;
@@ -331,6 +434,48 @@ fn routing(
         return None;
     }
     change
+}
+
+/// Whether routing to `target` is a rollback: it was current within [`ROLLBACK_WINDOW`].
+fn is_rollback(state: &DeploymentState, target: &str, now: SystemTime) -> bool {
+    state.current_build_id.as_deref() != Some(target)
+        && state
+            .versions
+            .get(target)
+            .and_then(|v| v.last_current_at)
+            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < ROLLBACK_WINDOW)
+}
+
+enum Gate {
+    Passed,
+    Pending,
+    Failed(String),
+}
+
+/// A gate passes when a gate run completed on every workflow task queue of the target; one
+/// failed run blocks the build for good (a gate is never retried under the same build ID).
+fn gate_verdict(target: &str, observed: &TargetObserved) -> Gate {
+    let queues: Vec<&TaskQueueRef> = observed.task_queues.iter().filter(|q| q.workflow).collect();
+    if queues.is_empty() {
+        return Gate::Pending;
+    }
+    let mut passed = true;
+    for q in queues {
+        match observed.gates.iter().find(|g| g.task_queue == q.name) {
+            Some(g) => match g.status {
+                WorkflowExecutionStatus::Completed => {}
+                WorkflowExecutionStatus::Running => passed = false,
+                failed => {
+                    return Gate::Failed(format!(
+                        "gate workflow {} on task queue {} ended {failed:?}; buildID {target} will not be promoted (a gate is not retried for the same build: change the template to try a new build)",
+                        g.workflow_id, g.task_queue
+                    ));
+                }
+            },
+            None => passed = false,
+        }
+    }
+    if passed { Gate::Passed } else { Gate::Pending }
 }
 
 fn progressive(

@@ -208,10 +208,24 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
     o.temporal
         .versions
         .insert(target.clone(), version(VersionStatus::Inactive));
+    assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
+    // Whether unversioned workers still poll is not known yet: wait for it.
+    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+    // No unversioned workers would take the rest of the traffic: current at once.
+    o.target.unversioned_pollers = Some(false);
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
+    // Every task queue still has unversioned pollers: ramp by the steps from unversioned.
+    o.target.unversioned_pollers = Some(true);
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetRamp(target.clone(), 10.0))
+    );
+    // AllAtOnce never checks.
+    let all_at_once = self::wd("AllAtOnce", "w:v1");
+    assert!(!needs(&all_at_once, &target, &o.temporal).unversioned_pollers);
     // A rollback to a version that was current 10 minutes ago skips the steps.
     o.temporal.current_build_id = Some("newer".into());
     o.temporal.versions.insert(
@@ -497,4 +511,145 @@ mod invariants {
             }
         }
     }
+}
+
+fn with_gate(mut wd: WorkerDeployment) -> WorkerDeployment {
+    wd.spec.rollout.gate = Some(
+        serde_json::from_value(json!({"workflowType": "Check"})).unwrap_or_else(|e| panic!("{e}")),
+    );
+    wd
+}
+
+fn gate_run(queue: &str, status: WorkflowExecutionStatus) -> WorkflowExecution {
+    WorkflowExecution {
+        workflow_id: format!("test-ns/w:b-{queue}"),
+        run_id: "run".into(),
+        status,
+        task_queue: queue.into(),
+    }
+}
+
+/// A registered, healthy target v2 with v1 current, polling workflow queues `a` and `b` and
+/// activity queue `acts`.
+fn gated(strategy: &str) -> (WorkerDeployment, String, Observed) {
+    let wd = with_gate(wd(strategy, "w:v2"));
+    let target = target_of(&wd);
+    let mut o = observed(t(0));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal.current_build_id = Some("v1".into());
+    o.temporal
+        .versions
+        .insert("v1".into(), version(VersionStatus::Current));
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Inactive));
+    o.target.task_queues = vec![
+        TaskQueueRef {
+            name: "a".into(),
+            workflow: true,
+        },
+        TaskQueueRef {
+            name: "acts".into(),
+            workflow: false,
+        },
+        TaskQueueRef {
+            name: "b".into(),
+            workflow: true,
+        },
+    ];
+    (wd, target, o)
+}
+
+#[test]
+fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_complete() {
+    use WorkflowExecutionStatus::{Completed, Running};
+    let (wd, target, mut o) = gated("AllAtOnce");
+    let p = plan(&wd, &conn(), ME, &o);
+    let queues: Vec<&str> = p
+        .start_gates
+        .iter()
+        .map(|g| g.task_queue.as_str())
+        .collect();
+    assert_eq!(queues, ["a", "b"], "workflow queues only");
+    assert_eq!(
+        p.start_gates[0].workflow_id,
+        format!("test-ns/w:{target}-a"),
+        "TWC's gate workflow ID"
+    );
+    assert_eq!(p.routing, None);
+    assert!(p.moving);
+
+    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Running)];
+    let p = plan(&wd, &conn(), ME, &o);
+    assert!(p.start_gates.is_empty(), "never started twice");
+    assert_eq!(p.routing, None, "one still runs");
+
+    o.target.gates[1].status = Completed;
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+
+    // Manual starts the gate too but never promotes.
+    let (manual, _, mut o) = gated("Manual");
+    assert_eq!(plan(&manual, &conn(), ME, &o).start_gates.len(), 2);
+    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Completed)];
+    assert_eq!(plan(&manual, &conn(), ME, &o).routing, None);
+}
+
+#[test]
+fn a_failed_gate_blocks_the_build_for_good_and_says_why() {
+    use WorkflowExecutionStatus::{Completed, Failed, TimedOut};
+    for failure in [Failed, TimedOut] {
+        let (wd, target, mut o) = gated("Progressive");
+        o.target.gates = vec![gate_run("a", Completed), gate_run("b", failure)];
+        let p = plan(&wd, &conn(), ME, &o);
+        assert_eq!(p.routing, None);
+        assert!(p.start_gates.is_empty(), "a failed gate is not retried");
+        let why = p.blocked.unwrap_or_default();
+        assert!(
+            why.contains("task queue b") && why.contains(&target),
+            "{why}"
+        );
+    }
+}
+
+#[test]
+fn no_gate_before_registration_or_for_the_current_version_or_a_rollback() {
+    let (wd, target, mut o) = gated("AllAtOnce");
+    // Not registered: nothing to pin a run to.
+    o.temporal.versions.remove(&target);
+    assert!(!needs(&wd, &target, &o.temporal).gates);
+    assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
+    // Already current: nothing to gate.
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Current));
+    o.temporal.current_build_id = Some(target.clone());
+    assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
+    // A rollback skips the gate and promotes at once.
+    o.temporal.current_build_id = Some("v3".into());
+    o.temporal.versions.insert(
+        target.clone(),
+        VersionInfo {
+            status: VersionStatus::Drained,
+            last_current_at: Some(t(0) - Duration::from_secs(60)),
+            ..Default::default()
+        },
+    );
+    let p = plan(&wd, &conn(), ME, &o);
+    assert!(p.start_gates.is_empty());
+    assert_eq!(p.routing, Some(Routing::SetCurrent(target)));
+}
+
+#[test]
+fn a_gate_waits_until_the_version_reports_its_task_queues() {
+    let (wd, _, mut o) = gated("AllAtOnce");
+    o.target.task_queues.clear();
+    let p = plan(&wd, &conn(), ME, &o);
+    assert!(p.start_gates.is_empty());
+    assert_eq!(p.routing, None);
+    assert!(p.moving);
 }

@@ -1,0 +1,216 @@
+//! What the rollout reads about a target version beyond `DescribeWorkerDeployment`: the task
+//! queues it polls, its gate workflows, and whether unversioned workers still poll its queues.
+
+use prost_wkt_types::Duration as PbDuration;
+use temporalio_client::tonic;
+use temporalio_common::protos::temporal::api::common::v1::{
+    Payload, Payloads, WorkflowExecution as PbExecution, WorkflowType,
+};
+use temporalio_common::protos::temporal::api::enums::v1::{
+    TaskQueueKind, TaskQueueType, WorkerVersioningMode, WorkflowExecutionStatus as PbStatus,
+    WorkflowIdConflictPolicy, WorkflowIdReusePolicy,
+};
+use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue as PbTaskQueue;
+use temporalio_common::protos::temporal::api::workflow::v1::VersioningOverride;
+use temporalio_common::protos::temporal::api::workflow::v1::versioning_override::{
+    Override, PinnedOverride, PinnedOverrideBehavior,
+};
+use temporalio_common::protos::temporal::api::workflowservice::v1::{
+    DescribeTaskQueueRequest, DescribeWorkerDeploymentVersionRequest,
+    DescribeWorkflowExecutionRequest, StartWorkflowExecutionRequest,
+};
+use twc_api::WorkflowExecutionStatus;
+
+use super::{Code, Status, WorkerDeploymentRef};
+use crate::metrics::rpc;
+
+/// A task queue a version polls, and whether it is a workflow (else activity) queue.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaskQueueRef {
+    pub name: String,
+    pub workflow: bool,
+}
+
+/// How long a gate workflow may run.
+const GATE_TIMEOUT_SECONDS: i64 = 3600;
+
+/// The gate workflow ID for a version and task queue, as TWC names it.
+pub fn gate_workflow_id(deployment_name: &str, build_id: &str, task_queue: &str) -> String {
+    format!("test-{deployment_name}:{build_id}-{task_queue}")
+}
+
+fn status_of(code: i32) -> WorkflowExecutionStatus {
+    match PbStatus::try_from(code).unwrap_or(PbStatus::Unspecified) {
+        PbStatus::Completed => WorkflowExecutionStatus::Completed,
+        PbStatus::Failed => WorkflowExecutionStatus::Failed,
+        PbStatus::Canceled => WorkflowExecutionStatus::Canceled,
+        PbStatus::Terminated | PbStatus::ContinuedAsNew => WorkflowExecutionStatus::Terminated,
+        PbStatus::TimedOut => WorkflowExecutionStatus::TimedOut,
+        PbStatus::Running | PbStatus::Unspecified | PbStatus::Paused => {
+            WorkflowExecutionStatus::Running
+        }
+    }
+}
+
+impl WorkerDeploymentRef<'_> {
+    /// `DescribeWorkerDeploymentVersion`: the task queues `build_id` polls (empty while the
+    /// server has not recorded any, or if the version is unknown).
+    pub async fn task_queues(&self, build_id: &str) -> Result<Vec<TaskQueueRef>, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = DescribeWorkerDeploymentVersionRequest {
+            namespace: self.namespace.to_string(),
+            deployment_version: self.version(build_id),
+            ..Default::default()
+        };
+        let response = match rpc(
+            "DescribeWorkerDeploymentVersion",
+            svc.describe_worker_deployment_version(tonic::Request::new(request)),
+        )
+        .await
+        {
+            Ok(r) => r.into_inner(),
+            Err(s) if s.code() == Code::NotFound => return Ok(Vec::new()),
+            Err(s) => return Err(s),
+        };
+        let mut queues: Vec<TaskQueueRef> = response
+            .worker_deployment_version_info
+            .map(|i| i.task_queue_infos)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|q| TaskQueueRef {
+                workflow: q.r#type == TaskQueueType::Workflow as i32,
+                name: q.name,
+            })
+            .collect();
+        queues.sort();
+        queues.dedup();
+        Ok(queues)
+    }
+
+    /// `DescribeWorkflowExecution` of the latest run of `workflow_id`: (run ID, status), or
+    /// None if there is none.
+    pub async fn workflow_status(
+        &self,
+        workflow_id: &str,
+    ) -> Result<Option<(String, WorkflowExecutionStatus)>, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = DescribeWorkflowExecutionRequest {
+            namespace: self.namespace.to_string(),
+            execution: Some(PbExecution {
+                workflow_id: workflow_id.to_string(),
+                run_id: String::new(),
+            }),
+        };
+        match rpc(
+            "DescribeWorkflowExecution",
+            svc.describe_workflow_execution(tonic::Request::new(request)),
+        )
+        .await
+        {
+            Ok(r) => Ok(r.into_inner().workflow_execution_info.map(|i| {
+                (
+                    i.execution.map(|e| e.run_id).unwrap_or_default(),
+                    status_of(i.status),
+                )
+            })),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(s),
+        }
+    }
+
+    /// `StartWorkflowExecution` of a gate workflow pinned to `build_id`, with an optional JSON
+    /// argument. Returns the run ID ("" if a run with that ID already exists: a gate runs once
+    /// per build and is never retried).
+    pub async fn start_gate(
+        &self,
+        workflow_type: &str,
+        workflow_id: &str,
+        task_queue: &str,
+        build_id: &str,
+        input: Option<&[u8]>,
+    ) -> Result<String, Status> {
+        let mut svc = self.conn.workflow_service();
+        let request = StartWorkflowExecutionRequest {
+            namespace: self.namespace.to_string(),
+            workflow_id: workflow_id.to_string(),
+            workflow_type: Some(WorkflowType {
+                name: workflow_type.to_string(),
+            }),
+            task_queue: Some(PbTaskQueue {
+                name: task_queue.to_string(),
+                kind: TaskQueueKind::Normal as i32,
+                normal_name: String::new(),
+            }),
+            input: input.map(|data| Payloads {
+                payloads: vec![Payload {
+                    metadata: [("encoding".to_string(), b"json/plain".to_vec())]
+                        .into_iter()
+                        .collect(),
+                    data: data.to_vec(),
+                    ..Default::default()
+                }],
+            }),
+            workflow_execution_timeout: Some(PbDuration {
+                seconds: GATE_TIMEOUT_SECONDS,
+                nanos: 0,
+            }),
+            identity: self.identity.to_string(),
+            request_id: format!("{workflow_id}/{}", std::process::id()),
+            workflow_id_reuse_policy: WorkflowIdReusePolicy::RejectDuplicate as i32,
+            workflow_id_conflict_policy: WorkflowIdConflictPolicy::Fail as i32,
+            versioning_override: Some(VersioningOverride {
+                r#override: Some(Override::Pinned(PinnedOverride {
+                    behavior: PinnedOverrideBehavior::Pinned as i32,
+                    version: self.version(build_id),
+                })),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        match rpc(
+            "StartWorkflowExecution",
+            svc.start_workflow_execution(tonic::Request::new(request)),
+        )
+        .await
+        {
+            Ok(r) => Ok(r.into_inner().run_id),
+            Err(s) if s.code() == Code::AlreadyExists => Ok(String::new()),
+            Err(s) => Err(s),
+        }
+    }
+
+    /// `DescribeTaskQueue`: whether a worker without versioning polls `queue`.
+    pub async fn has_unversioned_poller(&self, queue: &TaskQueueRef) -> Result<bool, Status> {
+        let mut svc = self.conn.workflow_service();
+        let kind = if queue.workflow {
+            TaskQueueType::Workflow
+        } else {
+            TaskQueueType::Activity
+        };
+        let request = DescribeTaskQueueRequest {
+            namespace: self.namespace.to_string(),
+            task_queue: Some(PbTaskQueue {
+                name: queue.name.clone(),
+                kind: TaskQueueKind::Normal as i32,
+                normal_name: String::new(),
+            }),
+            task_queue_type: kind as i32,
+            ..Default::default()
+        };
+        let response = rpc(
+            "DescribeTaskQueue",
+            svc.describe_task_queue(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner();
+        Ok(response.pollers.iter().any(|p| {
+            p.deployment_options.as_ref().is_none_or(|o| {
+                matches!(
+                    WorkerVersioningMode::try_from(o.worker_versioning_mode),
+                    Ok(WorkerVersioningMode::Unversioned | WorkerVersioningMode::Unspecified)
+                        | Err(_)
+                )
+            })
+        }))
+    }
+}
