@@ -36,20 +36,7 @@ pub async fn deletion_sets_current_to_unversioned(w: &'static World) {
         "Temporal still routes to versions of a deleted WorkerDeployment: {state:?}"
     );
     for b in [&v1, &v2] {
-        let name = s.deployment_of(b);
-        let api = s.deployments();
-        twc_testenv::wait_for(&format!("{name} deleted"), WAIT, || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                match api.get_opt(&name).await.map_err(|e| e.to_string())? {
-                    None => Ok(()),
-                    Some(d) => Err(format!("still there: {:?}", d.metadata.deletion_timestamp)),
-                }
-            }
-        })
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
+        s.wait_gone(b).await;
     }
 }
 

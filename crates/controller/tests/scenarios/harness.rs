@@ -29,7 +29,7 @@ use twc_api::{Connection, ConnectionSpec, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, deployment};
 use twc_controller::reconcile::MANAGER;
 use twc_controller::temporal::{self, DeploymentState, WorkerDeploymentRef};
-use twc_testenv::wait_for;
+use twc_testenv::{TemporalOptions, TemporalServer, wait_for};
 
 use crate::common::{self, WORKER_IMAGE, World, from_json};
 
@@ -64,7 +64,6 @@ pub fn progressive(ramp: i32, pause: &str) -> Value {
 }
 
 pub struct Scenario {
-    pub w: &'static World,
     pub client: Client,
     /// The Kubernetes namespace.
     pub ns: String,
@@ -75,34 +74,33 @@ pub struct Scenario {
     pub temporal: temporalio_client::Connection,
     /// `<namespace>/<name>`, the Temporal worker deployment.
     pub deployment_name: String,
+    /// The dev server's frontend, `host:port`.
+    pub address: String,
     /// The WorkerDeployment as created (with its UID).
     pub wd: Option<WorkerDeployment>,
 }
 
 impl Scenario {
-    /// A fresh Kubernetes namespace (`prefix-<random>`) and Temporal namespace.
+    /// A fresh Kubernetes namespace (`prefix-<random>`) and Temporal namespace of the shared
+    /// dev server.
     pub async fn new(w: &'static World, prefix: &str) -> Self {
+        Self::on(w, &w.env.temporal, prefix).await
+    }
+
+    /// The same, on dev server `server`.
+    pub async fn on(w: &'static World, server: &'static TemporalServer, prefix: &str) -> Self {
         let ns = w
             .env
             .namespace(&prefix[..prefix.len().min(40)])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let temporal_ns = w
-            .env
-            .temporal_namespace()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
-        let temporal = w
-            .env
-            .temporal
-            .connect()
-            .await
-            .unwrap_or_else(|e| panic!("{e}"));
+        let temporal_ns = server.namespace().await.unwrap_or_else(|e| panic!("{e}"));
+        let temporal = server.connect().await.unwrap_or_else(|e| panic!("{e}"));
         let name = "worker".to_string();
         Self {
-            w,
             client: w.client().await,
             deployment_name: build_id::temporal_deployment_name(&ns, &name),
+            address: server.address.clone(),
             ns,
             name,
             temporal_ns,
@@ -113,7 +111,7 @@ impl Scenario {
 
     /// The spec of the Connection [`Scenario::connect`] creates: the dev server, plaintext.
     pub fn connection_spec(&self) -> Value {
-        json!({"hostPort": self.w.env.temporal.address})
+        json!({"hostPort": self.address})
     }
 
     /// A WorkerDeployment spec: one replica of `image`, TWC's default sunset delays.
@@ -265,6 +263,24 @@ impl Scenario {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 
+    /// Waits until `build`'s Deployment is gone.
+    pub async fn wait_gone(&self, build: &str) {
+        let name = self.deployment_of(build);
+        let api = self.deployments();
+        wait_for(&format!("{}/{name} deleted", self.ns), WAIT, || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                match api.get_opt(&name).await.map_err(|e| e.to_string())? {
+                    None => Ok(()),
+                    Some(d) => Err(format!("still there: {:?}", d.metadata.deletion_timestamp)),
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
+
     /// Creates the Connection: from now on the controller acts.
     pub async fn connect(&self) {
         self.connect_to(self.connection_spec()).await
@@ -406,7 +422,7 @@ impl Scenario {
                             "name": "worker",
                             "image": image("unversioned"),
                             "env": [
-                                {"name": "TEMPORAL_ADDRESS", "value": self.w.env.temporal.address},
+                                {"name": "TEMPORAL_ADDRESS", "value": self.address},
                                 {"name": "TEMPORAL_NAMESPACE", "value": self.temporal_ns},
                                 {"name": "TEMPORAL_TASK_QUEUE", "value": self.name},
                                 {"name": "TEMPORAL_WORKER_UNVERSIONED", "value": "true"},
@@ -651,6 +667,26 @@ impl Scenario {
         .await
         .unwrap_or_else(|e| panic!("{e}"))
     }
+}
+
+/// A second dev server, for this binary only, with TWC's `matching.maxVersionsInDeployment=6`
+/// (its `ts`/`tsShortTTL` servers): at 6 versions it deletes the oldest deletable version to
+/// register a new one. Started on first use.
+pub async fn capped_server() -> &'static TemporalServer {
+    static CAPPED: tokio::sync::OnceCell<TemporalServer> = tokio::sync::OnceCell::const_new();
+    CAPPED
+        .get_or_init(|| async {
+            let mut opts = TemporalOptions::default();
+            opts.dynamic_config
+                .push(("matching.maxVersionsInDeployment".into(), "6".into()));
+            opts.namespace_pool = 2;
+            let dir = twc_testenv::paths::log_dir().join("temporal-capped");
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            TemporalServer::start(&opts, &dir)
+                .await
+                .unwrap_or_else(|e| panic!("the capped dev server: {e}"))
+        })
+        .await
 }
 
 /// An expected status (TWC's `StatusBuilder`): the target's build ID, status and ramp, the

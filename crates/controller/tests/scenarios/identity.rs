@@ -79,6 +79,10 @@ async fn unblocked(w: &'static World, prefix: &str, strategy: Strategy) {
                     .deprecated(&v0, Drained),
             )
             .await;
+            // Differs from TWC on purpose: TWC saw a version demoted moments ago, before
+            // Temporal computed its drainage, as Inactive and scaled it to 0 at once; we treat
+            // it as Draining and keep its workers until drained + scaledownDelay (1h here).
+            s.wait_replicas(&v0, 1).await;
         }
         Strategy::Progressive => {
             s.wait_status(&Expect::target(&v1, Ramping).ramp(5.0).current(&v0))

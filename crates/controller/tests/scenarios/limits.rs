@@ -18,8 +18,10 @@ use crate::harness::*;
 /// Versions v0..v{n-1} with one worker each, made current in turn, so that all but the last
 /// are Drained (with pollers) and the last is current. Returns their build IDs.
 async fn drained_chain(s: &Scenario, n: usize) -> Vec<String> {
-    let mut builds = Vec::new();
-    for i in 0..n {
+    // v0 registers first: it is the oldest version, the one a server at its cap deletes.
+    let mut builds = vec![s.existing_version(&image("v0"), 1).await];
+    s.wait_registered(&[&builds[0]]).await;
+    for i in 1..n {
         builds.push(s.existing_version(&image(&format!("v{i}")), 1).await);
     }
     let refs: Vec<&str> = builds.iter().map(String::as_str).collect();
@@ -114,17 +116,18 @@ pub async fn sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions(w: &'s
     }
 }
 
-/// `7th-rollout-unblocked-after-pollers-die-version-deleted`: (st) v0 Drained with no
-/// workers, v1-v4 Drained with workers, v5 current; target v6.
+/// `7th-rollout-unblocked-after-pollers-die-version-deleted`, on a dev server that keeps at
+/// most 6 versions (as TWC's): (st) v0 Drained with no workers, v1-v4 Drained with workers,
+/// v5 current; target v6.
 ///
 /// Differs from TWC on purpose: we count the current v5 among the versions that cannot be
 /// deleted (see the module doc), so v1-v5 make 5 and v6 waits, where TWC (counting 4
-/// deprecated ones) created it at once and the server, at its cap of 6 versions, deleted the
-/// drained v0 without pollers to make room. Here the rollout is unblocked when the pollers of
-/// one more version die (v1 scaled to 0): then v6 is created and promoted. The server-side
-/// deletion is not reproduced: the shared dev server keeps the default cap of 100 versions.
+/// deprecated ones) created it at once. Here the rollout is unblocked when the pollers of one
+/// more version die (v1 scaled to 0). Then, as in TWC, v6's workers register, the server (at
+/// its cap) deletes the oldest deletable version, v0, which becomes NotRegistered, and the
+/// controller deletes v0's Deployment; v6 is promoted.
 pub async fn seventh_rollout_unblocked_after_pollers_die_version_deleted(w: &'static World) {
-    let mut s = Scenario::new(w, "seventh-rollout").await;
+    let mut s = Scenario::on(w, capped_server().await, "seventh-rollout").await;
     s.create(s.spec(all_at_once(), &image("v6"))).await;
     let olds = drained_chain(&s, 6).await;
     s.scale(&olds[0], 0).await;
@@ -146,11 +149,15 @@ pub async fn seventh_rollout_unblocked_after_pollers_die_version_deleted(w: &'st
 
     s.scale(&olds[1], 0).await;
     let mut expect = Expect::target(&target, Current).current(&target);
-    for b in &olds {
+    for b in &olds[1..] {
         expect = expect.deprecated(b, Drained);
     }
     s.wait_status(&expect).await;
-    s.wait_replicas(&olds[0], 0).await;
+    assert!(
+        !s.describe().await.versions.contains_key(&olds[0]),
+        "the server did not delete v0 to make room"
+    );
+    s.wait_gone(&olds[0]).await;
     s.wait_replicas(&olds[1], 0).await;
     for b in &olds[2..] {
         s.wait_replicas(b, 1).await;

@@ -204,4 +204,7 @@ pub async fn all_at_once_rollback_expect_immediate_promotion(w: &'static World) 
             .deprecated(&v2, Drained),
     )
     .await;
+    // The demoted v2 keeps its workers: it is never scaled down before it drained plus
+    // scaledownDelay (TWC scaled a just-demoted version to 0 while its drainage was unknown).
+    s.wait_replicas(&v2, 1).await;
 }
