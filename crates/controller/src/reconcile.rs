@@ -156,7 +156,13 @@ async fn reconcile_worker_deployment(
         }
         Err(e) => {
             let mut s = previous.clone();
-            for type_ in [READY, PROGRESSING] {
+            // A concurrent routing change is re-read at once; the conditions stay as they were.
+            let types = if e.is_warning() {
+                [READY, PROGRESSING].as_slice()
+            } else {
+                &[]
+            };
+            for type_ in types {
                 status::set_condition(
                     &mut s.conditions,
                     type_,
@@ -167,12 +173,7 @@ async fn reconcile_worker_deployment(
                     now,
                 );
             }
-            let after = if e.waits_for_user() {
-                ctx.intervals.steady
-            } else {
-                ctx.intervals.moving * 5
-            };
-            (s, Action::requeue(after))
+            (s, Action::requeue(e.retry_after(&ctx.intervals)))
         }
     };
     new_status.observed_generation = generation;
@@ -186,16 +187,16 @@ async fn reconcile_worker_deployment(
             .conditions
             .iter()
             .any(|c| c.type_ == READY && c.reason == e.reason() && c.message == e.to_string());
-        if !already {
+        if !already && e.is_warning() {
             ctx.event(&wd, EventType::Warning, e.reason(), e.to_string())
                 .await;
         }
-        tracing::warn!(
-            namespace = wd.namespace().unwrap_or_default(),
-            name = wd.name_any(),
-            reason = e.reason(),
-            "{e}"
-        );
+        let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
+        if e.is_warning() {
+            tracing::warn!(namespace = ns, name, reason = e.reason(), "{e}");
+        } else {
+            tracing::debug!(namespace = ns, name, "{e}");
+        }
     }
     for (reason, note) in transitions(&previous, &new_status) {
         ctx.event(&wd, EventType::Normal, reason, note).await;
@@ -245,10 +246,13 @@ async fn pipeline(
             if temporal::is_connection_error(&status) {
                 ctx.pool.evict(&pool_key);
             }
-            return Err(Error::TemporalStateFetchFailed(format!(
-                "DescribeWorkerDeployment {deployment_name} in Temporal namespace {temporal_ns}: {}",
-                status.message()
-            )));
+            return Err(Error::temporal(
+                &status,
+                format!(
+                    "DescribeWorkerDeployment {deployment_name} in Temporal namespace {temporal_ns}"
+                ),
+                Error::TemporalStateFetchFailed,
+            ));
         }
     };
     let target_build = plan::target_build_id(wd);
@@ -379,7 +383,11 @@ async fn execute(
     if let Some(routing) = &plan.routing {
         let mut token = observed.temporal.conflict_token.clone();
         let fail = |what: &str, s: temporal::Status| {
-            Error::PlanExecutionFailed(format!("{what} for {}: {}", temporal.name, s.message()))
+            Error::temporal(
+                &s,
+                format!("{what} for {}", temporal.name),
+                Error::PlanExecutionFailed,
+            )
         };
         if plan.claim_manager {
             token = temporal

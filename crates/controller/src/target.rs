@@ -27,7 +27,11 @@ pub async fn observe(
         return Ok(out);
     }
     let failed = |rpc: &str, s: Status| {
-        Error::TemporalStateFetchFailed(format!("{rpc} for buildID {build}: {}", s.message()))
+        Error::temporal(
+            &s,
+            format!("{rpc} for buildID {build}"),
+            Error::TemporalStateFetchFailed,
+        )
     };
     out.task_queues = temporal
         .task_queues(build)
