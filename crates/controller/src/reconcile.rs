@@ -264,7 +264,7 @@ async fn pipeline(
         target: target_observed,
     };
     let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
-    execute(wd, ctx, &target, &plan, &mut observed)
+    execute(wd, ctx, &target, &resolved.spec, &plan, &mut observed)
         .await
         .inspect_err(|e| {
             if let Error::PlanExecutionFailed(_) = e {
@@ -294,23 +294,32 @@ async fn execute(
     wd: &WorkerDeployment,
     ctx: &Context,
     temporal: &WorkerDeploymentRef<'_>,
+    conn: &twc_api::ConnectionSpec,
     plan: &Plan,
     observed: &mut Observed,
 ) -> Result<()> {
     let ns = wd.namespace().unwrap_or_default();
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     let apply = PatchParams::apply(MANAGER).force();
+    let apply_one = |d: Deployment| {
+        let (deployments, apply, ns) = (&deployments, &apply, &ns);
+        async move {
+            let name = d.name_any();
+            let mut body =
+                serde_json::to_value(&d).map_err(|e| Error::PlanExecutionFailed(e.to_string()))?;
+            body["apiVersion"] = json!("apps/v1");
+            body["kind"] = json!("Deployment");
+            deployments
+                .patch(&name, apply, &Patch::Apply(&body))
+                .await
+                .map_err(|e| write_failed("apply", ns, &name, &e))?;
+            Ok::<_, Error>(())
+        }
+    };
     for d in &plan.apply {
         let name = d.name_any();
         let created = !observed.deployments.values().any(|o| o.name == name);
-        let mut body =
-            serde_json::to_value(d).map_err(|e| Error::PlanExecutionFailed(e.to_string()))?;
-        body["apiVersion"] = json!("apps/v1");
-        body["kind"] = json!("Deployment");
-        deployments
-            .patch(&name, &apply, &Patch::Apply(&body))
-            .await
-            .map_err(|e| write_failed("apply", &ns, &name, &e))?;
+        apply_one(d.clone()).await?;
         if created {
             ctx.event(
                 wd,
@@ -322,6 +331,31 @@ async fn execute(
                 ),
             )
             .await;
+        }
+    }
+    for build in &plan.reconnect {
+        let existing = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
+            plan::deployment::is_owned_by(d, wd)
+                && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
+        });
+        match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, conn)) {
+            Some(d) => {
+                let name = d.name_any();
+                apply_one(d).await?;
+                ctx.event(
+                    wd,
+                    EventType::Normal,
+                    "DeploymentReconnected",
+                    format!(
+                        "updated Deployment {name} (buildID {build}) for the changed connection"
+                    ),
+                )
+                .await;
+            }
+            None => tracing::warn!(
+                build,
+                "the Deployment of buildID {build} does not record what was injected; it keeps its previous connection"
+            ),
         }
     }
     for (name, replicas) in &plan.scale {

@@ -527,3 +527,144 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
     wait_wd_gone(&client, &ns, "w2", ROLLOUT).await;
     Ok(())
 }
+
+/// The volume Secret of each running versioned Deployment of `wd`, by build ID.
+async fn tls_secrets_by_build(client: &kube::Client, ns: &str) -> Vec<(String, String, String)> {
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items
+        .into_iter()
+        .map(|d| {
+            let build = d
+                .metadata
+                .labels
+                .clone()
+                .unwrap_or_default()
+                .get(twc_api::labels::BUILD_ID)
+                .cloned()
+                .unwrap_or_default();
+            let pod = d.spec.and_then(|s| s.template.spec).unwrap_or_default();
+            let secret = pod
+                .volumes
+                .unwrap_or_default()
+                .into_iter()
+                .find(|v| v.name == "temporal-tls")
+                .and_then(|v| v.secret?.secret_name)
+                .unwrap_or_default();
+            let image = pod.containers[0].image.clone().unwrap_or_default();
+            (build, image, secret)
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_version_follows_a_connection_change() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.tenant("reconnect").await;
+    let cc = unique("reconnect");
+    w.cluster_connection(&cc).await;
+    let wd = w.worker_deployment(&ns, "w", cluster_ref(&cc), "v1").await;
+    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
+    wait_wd(&client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+
+    // A pinned workflow keeps v1 Draining after v2 takes over.
+    let temporal = w.env.temporal.connect().await?;
+    twc_testenv::temporal::start_workflow(
+        &temporal,
+        &temporal_ns,
+        "w",
+        "Sleep",
+        "pinned",
+        Some("600"),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(json!([{
+                "op": "replace",
+                "path": "/spec/template/spec/containers/0/image",
+                "value": format!("{WORKER_IMAGE}:v2")
+            }]))?),
+        )
+        .await?;
+    let draining = |wd: &WorkerDeployment| {
+        rolled_out(wd)
+            && wd
+                .status
+                .iter()
+                .flat_map(|s| &s.deprecated_versions)
+                .any(|d| d.base.status == twc_api::VersionStatus::Draining)
+    };
+    wait_wd(
+        &client,
+        &ns,
+        "w",
+        "v2 current, v1 draining",
+        ROLLOUT,
+        draining,
+    )
+    .await;
+
+    // A new client certificate under another Secret name.
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(
+            &Default::default(),
+            &w.mtls_secret("temporal-mtls-2", time::Duration::days(1)),
+        )
+        .await?;
+    Api::<ClusterConnection>::all(client.clone())
+        .patch(
+            &cc,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"mutualTLSSecretRef": {"name": "temporal-mtls-2"}}})),
+        )
+        .await?;
+    let deployments = twc_testenv::wait_for("both versions on the new Secret", QUICK, || {
+        let client = client.clone();
+        let ns = ns.clone();
+        async move {
+            let found = tls_secrets_by_build(&client, &ns).await;
+            if found.len() == 2 && found.iter().all(|(_, _, s)| s == "temporal-mtls-2") {
+                Ok(found)
+            } else {
+                Err(format!("{found:?}"))
+            }
+        }
+    })
+    .await?;
+    // v1 kept its own image (only the connection changed), and is still draining with its
+    // workers up: the pinned workflow can finish.
+    assert!(
+        deployments
+            .iter()
+            .any(|(_, image, _)| image.ends_with(":v1")),
+        "{deployments:?}"
+    );
+    let wd = wait_wd(
+        &client,
+        &ns,
+        "w",
+        "v1 still draining, reconnected",
+        ROLLOUT,
+        |wd| {
+            draining(wd)
+                && wd
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.deprecated_versions)
+                    .all(|d| d.base.status == twc_api::VersionStatus::Draining)
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&wd, "Ready").map(|(s, _, _)| s).as_deref(),
+        Some("True")
+    );
+    Ok(())
+}

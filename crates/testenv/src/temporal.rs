@@ -225,3 +225,44 @@ fn prost_duration(d: Duration) -> prost_wkt_types::Duration {
         nanos: d.subsec_nanos() as i32,
     }
 }
+
+/// Starts workflow `workflow_type` as `id` on `task_queue`, with an optional JSON argument
+/// (the example worker's `Sleep` takes its seconds, the gates take none).
+pub async fn start_workflow(
+    conn: &Connection,
+    namespace: &str,
+    task_queue: &str,
+    workflow_type: &str,
+    id: &str,
+    json_input: Option<&str>,
+) -> Result<(), Error> {
+    use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads, WorkflowType};
+    use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::StartWorkflowExecutionRequest;
+    let input = json_input.map(|json| Payloads {
+        payloads: vec![Payload {
+            metadata: [("encoding".to_string(), b"json/plain".to_vec())].into(),
+            data: json.as_bytes().to_vec(),
+            ..Default::default()
+        }],
+    });
+    conn.workflow_service()
+        .start_workflow_execution(tonic::Request::new(StartWorkflowExecutionRequest {
+            namespace: namespace.to_string(),
+            workflow_id: id.to_string(),
+            request_id: id.to_string(),
+            workflow_type: Some(WorkflowType {
+                name: workflow_type.into(),
+            }),
+            task_queue: Some(TaskQueue {
+                name: task_queue.into(),
+                ..Default::default()
+            }),
+            input,
+            identity: "twc-testenv".into(),
+            ..Default::default()
+        }))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::Temporal(format!("start workflow {id}: {}", e.message())))
+}

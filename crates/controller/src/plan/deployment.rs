@@ -165,6 +165,10 @@ fn injections(
     (vars, volumes, mounts)
 }
 
+/// Pod-template annotation listing the environment variables the controller injected, so a
+/// connection change can replace exactly those in an older version's Deployment.
+pub const INJECTED_ENV: &str = "temporal.io/injected-env";
+
 /// The pod template of a version: the user's template with the injections, labels and hash
 /// annotations.
 pub fn pod_template(
@@ -173,16 +177,32 @@ pub fn pod_template(
     conn: &ConnectionSpec,
 ) -> PodTemplateSpec {
     let mut template = wd.spec.template.clone();
-    let (vars, volumes, mounts) = injections(wd, build_id, conn);
     let meta = template.metadata.get_or_insert_with(Default::default);
     let labels = meta.labels.get_or_insert_with(Default::default);
     labels.extend(selector_labels(&wd.name_any(), build_id));
+    meta.annotations
+        .get_or_insert_with(Default::default)
+        .insert(
+            labels::POD_TEMPLATE_SPEC_HASH.into(),
+            template_digest(&wd.spec.template),
+        );
+    inject(&mut template, wd, build_id, conn);
+    template
+}
+
+/// Adds the connection's variables, volumes and mounts, and records them.
+fn inject(
+    template: &mut PodTemplateSpec,
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) {
+    let (vars, volumes, mounts) = injections(wd, build_id, conn);
+    let meta = template.metadata.get_or_insert_with(Default::default);
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     annotations.insert(labels::CONNECTION_SPEC_HASH.into(), connection_hash(conn));
-    annotations.insert(
-        labels::POD_TEMPLATE_SPEC_HASH.into(),
-        template_digest(&wd.spec.template),
-    );
+    let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
+    annotations.insert(INJECTED_ENV.into(), names.join(","));
     if let Some(spec) = template.spec.as_mut() {
         for c in spec.containers.iter_mut() {
             c.env
@@ -198,7 +218,51 @@ pub fn pod_template(
             spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
         }
     }
-    template
+}
+
+/// An existing version's Deployment moved to a changed connection: the variables, volumes and
+/// mounts injected for the old connection are replaced by the new ones; the rest of its
+/// template (the user's template of that version) is kept. None if it records no injections
+/// (nothing can be replaced safely).
+pub fn reconnected(
+    existing: &Deployment,
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> Option<Deployment> {
+    let spec = existing.spec.as_ref()?;
+    let mut template = spec.template.clone();
+    let injected: Vec<String> = template
+        .metadata
+        .as_ref()?
+        .annotations
+        .as_ref()?
+        .get(INJECTED_ENV)?
+        .split(',')
+        .map(str::to_string)
+        .collect();
+    let ours = |name: &str| name == TLS_VOLUME || name == CA_VOLUME;
+    if let Some(pod) = template.spec.as_mut() {
+        for c in pod.containers.iter_mut() {
+            if let Some(env) = c.env.as_mut() {
+                env.retain(|e| !injected.contains(&e.name));
+            }
+            if let Some(mounts) = c.volume_mounts.as_mut() {
+                mounts.retain(|m| !ours(&m.name));
+            }
+        }
+        if let Some(volumes) = pod.volumes.as_mut() {
+            volumes.retain(|v| !ours(&v.name));
+        }
+    }
+    inject(&mut template, wd, build_id, conn);
+    let mut d = versioned_deployment(wd, build_id, conn);
+    if let Some(new_spec) = d.spec.as_mut() {
+        new_spec.replicas = spec.replicas;
+        new_spec.min_ready_seconds = spec.min_ready_seconds;
+        new_spec.template = template;
+    }
+    Some(d)
 }
 
 /// The full versioned Deployment for server-side apply.
@@ -410,5 +474,65 @@ mod tests {
             ..Default::default()
         };
         assert_ne!(connection_hash(&a), connection_hash(&b));
+    }
+
+    #[test]
+    fn a_connection_change_replaces_only_what_was_injected() {
+        let wd = wd();
+        let mtls: ConnectionSpec = serde_json::from_value(json!({
+            "hostPort": "old:7233", "mutualTLSSecretRef": {"name": "old-cert"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let api_key: ConnectionSpec = serde_json::from_value(json!({
+            "hostPort": "new:7233", "apiKeySecretRef": {"name": "key", "key": "k"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        // The old version's own template had its own user variable.
+        let mut old_wd = wd.clone();
+        if let Some(spec) = old_wd.spec.template.spec.as_mut() {
+            spec.containers[0].env = Some(vec![env("OLD_USER_VAR", "kept")]);
+        }
+        let existing = with_replicas(versioned_deployment(&old_wd, "b1", &mtls), 3);
+        let moved = reconnected(&existing, &wd, "b1", &api_key).unwrap_or_else(|| panic!("none"));
+        let env = env_of(&moved);
+        assert_eq!(env["OLD_USER_VAR"].value.as_deref(), Some("kept"));
+        assert!(
+            !env.contains_key("USER_VAR"),
+            "the current template is not mixed in"
+        );
+        assert_eq!(env["TEMPORAL_ADDRESS"].value.as_deref(), Some("new:7233"));
+        assert!(env.contains_key("TEMPORAL_API_KEY"));
+        assert!(!env.contains_key("TEMPORAL_TLS_CLIENT_CERT_PATH"));
+        let pod = moved
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .unwrap_or_default();
+        assert!(
+            pod.volumes.unwrap_or_default().is_empty(),
+            "the TLS volume is gone"
+        );
+        assert_eq!(
+            moved.spec.as_ref().and_then(|s| s.replicas),
+            Some(3),
+            "replicas kept"
+        );
+        let ann = moved
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.metadata.clone())
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        assert_eq!(ann[labels::CONNECTION_SPEC_HASH], connection_hash(&api_key));
+        // Without the record of what was injected, nothing is touched.
+        let mut unknown = existing.clone();
+        if let Some(m) = unknown
+            .spec
+            .as_mut()
+            .and_then(|s| s.template.metadata.as_mut())
+        {
+            m.annotations = None;
+        }
+        assert!(reconnected(&unknown, &wd, "b1", &api_key).is_none());
     }
 }

@@ -112,6 +112,9 @@ pub struct Plan {
     pub delete_deployments: Vec<String>,
     /// Temporal versions to delete (their Deployments are gone).
     pub delete_versions: Vec<String>,
+    /// Build IDs of older versions whose running Deployment still uses a previous connection:
+    /// re-applied with the new one (see [`deployment::reconnected`]).
+    pub reconnect: Vec<String>,
     /// Gate workflows to start on the target (before any routing change).
     pub start_gates: Vec<GateStart>,
     /// Claim the manager identity before the routing change.
@@ -291,6 +294,19 @@ pub fn plan_with(
                     plan.moving |= scaledown.saturating_sub(age) < Duration::from_secs(120);
                 }
             }
+        }
+    }
+    // Older versions still running on a previous connection follow it (their workers must
+    // keep reaching Temporal while pinned workflows finish); scaled-down ones wait until they
+    // are needed again.
+    for (build, d) in &observed.deployments {
+        if *build != target
+            && d.connection_hash.as_deref() != Some(&desired_conn_hash)
+            && d.spec_replicas != Some(0)
+            && !plan.delete_deployments.contains(&d.name)
+            && !plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0)
+        {
+            plan.reconnect.push(build.clone());
         }
     }
     // Drained Temporal versions whose Deployment is already gone: remove the version record.

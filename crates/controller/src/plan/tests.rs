@@ -327,8 +327,37 @@ fn a_connection_change_re_applies_the_target() {
     let mut o = observed(t(0));
     let mut d = deployment(&wd, &target, None);
     d.connection_hash = Some("stale".into());
-    o.deployments.insert(target, d);
+    o.deployments.insert(target.clone(), d);
     assert_eq!(plan(&wd, &conn(), ME, &o).apply.len(), 1);
+
+    // Older versions that still run follow the connection too; scaled-down ones do not.
+    let stale = |build: &str, replicas| ObservedDeployment {
+        connection_hash: Some("stale".into()),
+        ..deployment(&wd, build, replicas)
+    };
+    o.deployments
+        .insert("draining".into(), stale("draining", Some(1)));
+    o.deployments
+        .insert("current".into(), stale("current", Some(1)));
+    o.deployments
+        .insert("asleep".into(), stale("asleep", Some(0)));
+    o.deployments
+        .insert("fresh".into(), deployment(&wd, "fresh", Some(1)));
+    o.temporal.current_build_id = Some("current".into());
+    for (b, st) in [
+        ("draining", VersionStatus::Draining),
+        ("current", VersionStatus::Current),
+        ("asleep", VersionStatus::Drained),
+        ("fresh", VersionStatus::Draining),
+    ] {
+        o.temporal.versions.insert(b.into(), version(st));
+    }
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(p.reconnect, ["current", "draining"]);
+    assert!(
+        p.apply.iter().any(|d| d.metadata.name.as_deref()
+            == Some(build_id::deployment_name("w", &target).as_str()))
+    );
 }
 
 #[test]
