@@ -52,6 +52,16 @@ struct RunArgs {
         default_value_t = 75
     )]
     max_undeletable_versions: usize,
+    /// Kinds a WorkerResourceTemplate may render (comma-separated, case-insensitive). The
+    /// controller also needs RBAC to create, patch and delete each; the generated RBAC covers
+    /// the default.
+    #[arg(
+        long,
+        env = "WRT_ALLOWED_KINDS",
+        value_delimiter = ',',
+        default_value = "HorizontalPodAutoscaler,PodDisruptionBudget"
+    )]
+    wrt_allowed_kinds: Vec<String>,
     /// Where `/metrics` is served.
     #[arg(long, env = "METRICS_BIND_ADDRESS", default_value = "0.0.0.0:8080")]
     metrics_bind_address: SocketAddr,
@@ -129,6 +139,7 @@ fn main() -> anyhow::Result<()> {
                 fast_poll_seconds,
                 steady_poll_seconds,
                 max_undeletable_versions,
+                wrt_allowed_kinds,
                 metrics_bind_address,
                 health_probe_bind_address,
                 leader_elect,
@@ -161,6 +172,7 @@ fn main() -> anyhow::Result<()> {
                     limits: twc_controller::plan::Limits {
                         max_undeletable_versions,
                     },
+                    wrt_allowed_kinds,
                     ..Default::default()
                 };
                 let leader_election = leader_elect.then(|| {

@@ -47,6 +47,8 @@ pub struct Config {
     pub concurrency: u16,
     /// Limits the planner respects.
     pub limits: crate::plan::Limits,
+    /// Kinds a WorkerResourceTemplate may render (case-insensitive; empty: none).
+    pub wrt_allowed_kinds: Vec<String>,
 }
 
 impl Default for Config {
@@ -58,6 +60,10 @@ impl Default for Config {
             reporter: "temporal-worker-controller".into(),
             concurrency: 32,
             limits: Default::default(),
+            wrt_allowed_kinds: crate::wrt::DEFAULT_ALLOWED_KINDS
+                .iter()
+                .map(|k| k.to_string())
+                .collect(),
         }
     }
 }
@@ -332,6 +338,7 @@ async fn run_controllers(
         index: index.clone(),
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
+    let discovery = crate::wrt::Discovery::default();
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
 
     for (i, scope) in scopes.iter().enumerate() {
@@ -401,13 +408,21 @@ async fn run_controllers(
                 .for_each(|_| async {}),
         ));
 
+        // WorkerResourceTemplates, re-queued by their WorkerDeployment's events and those of
+        // its versioned Deployments.
+        let (wrt_reader, wrt_writer) = reflector::store();
+        let (wrt_tx, wrt_rx) = unbounded_channel();
+        let wrt_triggers = crate::wrt::Triggers::new(wrt_reader.clone(), wrt_tx);
+
         // Versioned Deployments (only ours, by label).
+        let t = wrt_triggers.clone();
         let deployments = watcher::watcher(
             api::<Deployment>(&client, scope),
             watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
         .reflect(dep_writers.remove(0))
+        .inspect_ok(move |ev| t.deployment(ev))
         .touched_objects()
         .predicate_filter(deployment_predicate, Default::default());
 
@@ -425,8 +440,18 @@ async fn run_controllers(
             }
         })
         .reflect(wd_writer)
+        .inspect_ok(move |ev| wrt_triggers.worker_deployment(ev))
         .touched_objects()
         .predicate_filter(wd_predicate, Default::default());
+        let wrt_ctx = Arc::new(crate::wrt::Context {
+            client: client.clone(),
+            worker_deployments: wd_reader.clone(),
+            deployments: dep_stores[i].1.clone(),
+            recorder: ctx.recorder.clone(),
+            discovery: discovery.clone(),
+            allowed_kinds: config.wrt_allowed_kinds.clone(),
+            resync: config.intervals.steady,
+        });
         let mut wd_controller = Controller::for_stream(wds, wd_reader)
             .owns_stream(deployments)
             .with_config(ctrl_config.clone());
@@ -441,6 +466,21 @@ async fn run_controllers(
                         tracing::debug!("WorkerDeployment controller: {e}");
                     }
                 }),
+        ));
+        let wrts = watcher::watcher(
+            api::<twc_api::WorkerResourceTemplate>(&client, scope),
+            watcher::Config::default(),
+        )
+        .default_backoff()
+        .reflect(wrt_writer)
+        .touched_objects()
+        .predicate_filter(crate::wrt::predicate, Default::default());
+        tasks.push(Box::pin(
+            Controller::for_stream(wrts, wrt_reader)
+                .with_config(ctrl_config.clone())
+                .reconcile_on(UnboundedReceiverStream::new(wrt_rx))
+                .run(crate::wrt::reconcile, crate::wrt::error_policy, wrt_ctx)
+                .for_each(|_| async {}),
         ));
     }
 

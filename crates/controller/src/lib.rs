@@ -15,5 +15,6 @@ pub mod scoped;
 pub mod status;
 pub mod target;
 pub mod temporal;
+pub mod wrt;
 
 pub use controller::{Config, run};

@@ -27,22 +27,48 @@ fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
 /// Rules on namespaced kinds.
 pub fn namespaced_rules() -> Vec<PolicyRule> {
     vec![
-        // Watched through caches; patched for the finalizer; status by server-side apply.
+        // Watched through caches; patched for the finalizer (a WorkerResourceTemplate for its
+        // owner reference); status by server-side apply.
         rule(
             "temporal.io",
-            &["workerdeployments", "connections"],
+            &[
+                "workerdeployments",
+                "connections",
+                "workerresourcetemplates",
+            ],
             &["list", "watch", "patch"],
         ),
         rule(
             "temporal.io",
-            &["workerdeployments/status", "connections/status"],
+            &[
+                "workerdeployments/status",
+                "connections/status",
+                "workerresourcetemplates/status",
+            ],
             &["patch"],
         ),
-        // Owner references with blockOwnerDeletion on the owned Deployments.
+        // Owner references with blockOwnerDeletion on the owned Deployments, the templates
+        // (owned by their WorkerDeployment) and the templates' rendered copies.
         rule(
             "temporal.io",
-            &["workerdeployments/finalizers", "connections/finalizers"],
+            &[
+                "workerdeployments/finalizers",
+                "connections/finalizers",
+                "workerresourcetemplates/finalizers",
+            ],
             &["update"],
+        ),
+        // The kinds a WorkerResourceTemplate renders by default (`--wrt-allowed-kinds`):
+        // server-side apply (which creates) and delete. Grant more kinds to allow more.
+        rule(
+            "autoscaling",
+            &["horizontalpodautoscalers"],
+            &["create", "patch", "delete"],
+        ),
+        rule(
+            "policy",
+            &["poddisruptionbudgets"],
+            &["create", "patch", "delete"],
         ),
         // Versioned Deployments: server-side apply (which creates), scale, delete.
         rule(

@@ -1,0 +1,301 @@
+//! Table tests of the WorkerResourceTemplate planner and status.
+
+use std::time::{Duration, SystemTime};
+
+use serde_json::json;
+use twc_api::WorkerResourceTemplateVersionStatus as Entry;
+
+use super::*;
+use crate::wrt::reason;
+
+fn wrt(template: Value) -> WorkerResourceTemplate {
+    serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+        "metadata": {"name": "hpa", "namespace": "team-a", "uid": "wrt-uid", "generation": 3,
+                     "resourceVersion": "7"},
+        "spec": {"workerDeploymentRef": {"name": "hello"}, "template": template}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn hpa() -> Value {
+    json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+           "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3}})
+}
+
+fn wd_owner() -> OwnerReference {
+    OwnerReference {
+        api_version: "temporal.io/v1alpha1".into(),
+        kind: "WorkerDeployment".into(),
+        name: "hello".into(),
+        uid: "wd-uid".into(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+fn observed(builds: &[&str]) -> Observed {
+    Observed {
+        worker_deployment: Some(ObservedWorkerDeployment {
+            name: "hello".into(),
+            temporal_namespace: "orders".into(),
+            owner: wd_owner(),
+        }),
+        versions: builds
+            .iter()
+            .map(|b| (b.to_string(), format!("hello-{b}")))
+            .collect(),
+        kind_problem: None,
+        allowed_kinds: vec!["HorizontalPodAutoscaler".into()],
+    }
+}
+
+fn at(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + secs)
+}
+
+/// Plans, "executes" with `errors` (build ID -> apply error) and every delete confirmed, and
+/// returns the template with the new status.
+fn cycle(
+    mut t: WorkerResourceTemplate,
+    o: &Observed,
+    errors: &[(&str, &str)],
+    now: SystemTime,
+) -> (Plan, WorkerResourceTemplate) {
+    let p = plan(&t, o);
+    let outcome = Outcome {
+        apply_errors: errors
+            .iter()
+            .map(|(b, e)| (b.to_string(), e.to_string()))
+            .collect(),
+        deleted: p.deletes.iter().map(|(b, _)| b.clone()).collect(),
+    };
+    t.status = Some(status(&t, o, &p, &outcome, now));
+    (p, t)
+}
+
+fn ready(t: &WorkerResourceTemplate) -> (String, String, String) {
+    t.status
+        .as_ref()
+        .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+        .unwrap_or_default()
+}
+
+fn builds(t: &WorkerResourceTemplate) -> Vec<String> {
+    t.status
+        .iter()
+        .flat_map(|s| s.versions.iter())
+        .map(|v| v.build_id.clone())
+        .collect()
+}
+
+#[test]
+fn applies_one_copy_per_live_build_then_skips_unchanged() {
+    let (p, t) = cycle(wrt(hpa()), &observed(&["v2", "v1"]), &[], at(0));
+    let names: Vec<_> = p.applies.iter().map(|a| a.build_id.as_str()).collect();
+    assert_eq!(names, ["v1", "v2"]);
+    assert_eq!(
+        p.applies[0].object["spec"]["scaleTargetRef"]["name"],
+        json!("hello-v1")
+    );
+    assert_eq!(p.owner_references, Some(vec![wd_owner()]));
+    assert_eq!(builds(&t), ["v1", "v2"]);
+    let v1 = &t
+        .status
+        .as_ref()
+        .map(|s| s.versions[0].clone())
+        .unwrap_or_default();
+    assert_eq!(v1.last_applied_generation, 3);
+    assert_eq!(
+        v1.last_applied_hash.as_deref(),
+        Some(p.applies[0].hash.as_str())
+    );
+    assert_eq!(
+        v1.resource_name.as_deref(),
+        Some(p.applies[0].name.as_str())
+    );
+    assert_eq!(ready(&t).1, reason::ALL_VERSIONS_APPLIED);
+
+    // Nothing changed: nothing applied, the status stays byte for byte (no write).
+    let (p2, t2) = cycle(t.clone(), &observed(&["v1", "v2"]), &[], at(60));
+    assert!(p2.applies.is_empty() && p2.deletes.is_empty(), "{p2:?}");
+    assert_eq!(t2.status, t.status);
+}
+
+#[test]
+fn a_template_change_reapplies_and_a_new_uid_too() {
+    let (_, t) = cycle(wrt(hpa()), &observed(&["v1"]), &[], at(0));
+    let mut changed = t.clone();
+    changed.spec.template["spec"]["maxReplicas"] = json!(9);
+    changed.metadata.generation = Some(4);
+    let (p, t2) = cycle(changed, &observed(&["v1"]), &[], at(10));
+    assert_eq!(p.applies.len(), 1);
+    let entry = &t2
+        .status
+        .as_ref()
+        .map(|s| s.versions[0].clone())
+        .unwrap_or_default();
+    assert_eq!(entry.last_applied_generation, 4);
+    assert_eq!(entry.last_transition_time, plan_time(10));
+    let mut recreated = t.clone();
+    recreated.metadata.uid = Some("wrt-uid-2".into());
+    assert_eq!(plan(&recreated, &observed(&["v1"])).applies.len(), 1);
+}
+
+fn plan_time(secs: u64) -> Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time> {
+    time(at(secs))
+}
+
+#[test]
+fn failures_are_recorded_per_build_and_retried() {
+    let (_, t) = cycle(
+        wrt(hpa()),
+        &observed(&["v1", "v2"]),
+        &[("v2", "forbidden")],
+        at(0),
+    );
+    let versions = t.status.clone().unwrap_or_default().versions;
+    assert_eq!(versions[0].apply_error, None);
+    assert_eq!(
+        versions[1],
+        Entry {
+            build_id: "v2".into(),
+            resource_name: Some(render::resource_name("hello", "hpa", "v2")),
+            last_applied_generation: 0,
+            apply_error: Some("forbidden".into()),
+            last_applied_hash: None,
+            last_transition_time: plan_time(0),
+        }
+    );
+    assert_eq!(
+        ready(&t),
+        (
+            "False".into(),
+            reason::APPLY_FAILED.into(),
+            "buildID v2: forbidden".into()
+        )
+    );
+    // The failed one is retried, the applied one skipped; the same failure again keeps its
+    // transition time.
+    let (p, t2) = cycle(
+        t.clone(),
+        &observed(&["v1", "v2"]),
+        &[("v2", "forbidden")],
+        at(30),
+    );
+    assert_eq!(p.applies.len(), 1);
+    assert_eq!(p.applies[0].build_id, "v2");
+    assert_eq!(t2.status, t.status);
+    // Fixed: Ready again.
+    let (_, t3) = cycle(t2, &observed(&["v1", "v2"]), &[], at(60));
+    assert_eq!(ready(&t3).0, "True");
+    assert_eq!(
+        t3.status.unwrap_or_default().versions[1].last_applied_generation,
+        3
+    );
+}
+
+#[test]
+fn copies_of_gone_builds_are_deleted_and_pruned_only_when_confirmed() {
+    let (_, t) = cycle(wrt(hpa()), &observed(&["v1", "v2"]), &[], at(0));
+    let p = plan(&t, &observed(&["v2"]));
+    assert_eq!(
+        p.deletes,
+        vec![(
+            "v1".to_string(),
+            render::resource_name("hello", "hpa", "v1")
+        )]
+    );
+    // The delete failed: the entry stays (and the delete is planned again next time).
+    let kept = status(&t, &observed(&["v2"]), &p, &Outcome::default(), at(5));
+    assert_eq!(kept.versions.len(), 2);
+    // Confirmed: pruned. Redeploying v1 applies it again (the rollback case).
+    let (_, t2) = cycle(t, &observed(&["v2"]), &[], at(10));
+    assert_eq!(builds(&t2), ["v2"]);
+    let (p3, _) = cycle(t2, &observed(&["v1", "v2"]), &[], at(20));
+    assert_eq!(p3.applies.len(), 1);
+    assert_eq!(p3.applies[0].build_id, "v1");
+}
+
+#[test]
+fn a_missing_worker_deployment_is_a_condition_and_nothing_else() {
+    let (_, t) = cycle(wrt(hpa()), &observed(&["v1"]), &[], at(0));
+    let missing = Observed {
+        worker_deployment: None,
+        ..observed(&[])
+    };
+    let (p, t2) = cycle(t.clone(), &missing, &[], at(10));
+    assert!(p.worker_deployment_missing && p.applies.is_empty() && p.deletes.is_empty());
+    assert_eq!(
+        ready(&t2),
+        (
+            "False".into(),
+            reason::WORKER_DEPLOYMENT_NOT_FOUND.into(),
+            "WorkerDeployment hello not found".into()
+        )
+    );
+    assert_eq!(builds(&t2), ["v1"]);
+}
+
+#[test]
+fn template_problems_block_every_apply() {
+    // (template, observed kind, expected reason, message fragment)
+    let mut zero = hpa();
+    zero["spec"]["minReplicas"] = json!(0);
+    let cases = [
+        (
+            zero,
+            None,
+            reason::INVALID_TEMPLATE,
+            "minReplicas must not be 0",
+        ),
+        (
+            json!({"apiVersion": "v1", "kind": "ConfigMap"}),
+            None,
+            reason::INVALID_TEMPLATE,
+            "kind ConfigMap is not allowed",
+        ),
+        (
+            hpa(),
+            Some("autoscaling/v2 HorizontalPodAutoscaler is not served".to_string()),
+            reason::APPLY_FAILED,
+            "is not served",
+        ),
+    ];
+    for (template, kind, want_reason, fragment) in cases {
+        let o = Observed {
+            kind_problem: kind,
+            ..observed(&["v1"])
+        };
+        let (p, t) = cycle(wrt(template), &o, &[], at(0));
+        assert!(p.applies.is_empty(), "{fragment}");
+        let (st, why, message) = ready(&t);
+        assert_eq!((st.as_str(), why.as_str()), ("False", want_reason));
+        assert!(message.contains(fragment), "{message}");
+        let entry = t.status.unwrap_or_default().versions[0].clone();
+        assert_eq!(entry.last_applied_generation, 0);
+        assert!(entry.apply_error.is_some_and(|e| e.contains(fragment)));
+    }
+}
+
+#[test]
+fn owner_reference_is_added_once_and_never_steals_a_controller() {
+    let mut t = wrt(hpa());
+    t.metadata.owner_references = Some(vec![wd_owner()]);
+    assert_eq!(plan(&t, &observed(&["v1"])).owner_references, None);
+    let other = OwnerReference {
+        uid: "someone".into(),
+        ..wd_owner()
+    };
+    t.metadata.owner_references = Some(vec![other]);
+    assert_eq!(plan(&t, &observed(&["v1"])).owner_references, None);
+    let mut not_controller = wd_owner();
+    not_controller.uid = "cm".into();
+    not_controller.controller = None;
+    t.metadata.owner_references = Some(vec![not_controller.clone()]);
+    assert_eq!(
+        plan(&t, &observed(&["v1"])).owner_references,
+        Some(vec![not_controller, wd_owner()])
+    );
+}

@@ -1,0 +1,332 @@
+//! The WorkerResourceTemplate reconciler: observe (watch caches of WorkerDeployments and
+//! versioned Deployments, API discovery of the template's kind), plan (pure), execute
+//! (owner reference, deletes, server-side applies; every failure recorded, none fatal), and
+//! the status, written once with server-side apply and only when it changed.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::Scope;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::reflector::{ObjectRef, Store};
+use kube::{Client, Resource, ResourceExt};
+use serde_json::json;
+use twc_api::conditions::READY;
+use twc_api::{API_VERSION, WorkerDeployment, WorkerResourceTemplate};
+
+use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
+use super::render;
+use crate::error::{Error, Result, kube_message};
+use crate::metrics;
+use crate::reconcile::MANAGER;
+
+/// The controller label of this reconciler's metrics.
+const CONTROLLER: &str = "WorkerResourceTemplate";
+/// A retry after a failure (apply refused, kind not served, delete failed).
+const RETRY: Duration = Duration::from_secs(30);
+/// How long a discovered kind is trusted, and how long a missing one is.
+const SERVED_TTL: Duration = Duration::from_secs(300);
+const MISSING_TTL: Duration = Duration::from_secs(10);
+
+/// API discovery of template kinds, cached: one request per kind and TTL, not per reconcile.
+#[derive(Clone, Default)]
+pub struct Discovery(Arc<Mutex<HashMap<Gvk, (Instant, Resolved)>>>);
+
+/// (group, version, kind).
+type Gvk = (String, String, String);
+type Resolved = std::result::Result<ApiResource, String>;
+
+impl Discovery {
+    /// The API resource of (group, version, kind) if it is served and namespaced.
+    pub async fn resolve(&self, client: &Client, gvk: &Gvk) -> Resolved {
+        if let Ok(cache) = self.0.lock()
+            && let Some((at, r)) = cache.get(gvk)
+        {
+            let ttl = if r.is_ok() { SERVED_TTL } else { MISSING_TTL };
+            if at.elapsed() < ttl {
+                return r.clone();
+            }
+        }
+        let (group, version, kind) = gvk;
+        let api_version = if group.is_empty() {
+            version.clone()
+        } else {
+            format!("{group}/{version}")
+        };
+        let resolved = match kube::discovery::pinned_kind(
+            client,
+            &GroupVersionKind::gvk(group, version, kind),
+        )
+        .await
+        {
+            Ok((ar, caps)) if caps.scope == Scope::Namespaced => Ok(ar),
+            Ok(_) => Err(format!(
+                "{api_version} {kind} is cluster-scoped; a WorkerResourceTemplate renders only namespaced objects"
+            )),
+            Err(e) => Err(format!(
+                "{api_version} {kind} is not served by the apiserver: {}",
+                kube_message(&e)
+            )),
+        };
+        if let Ok(mut cache) = self.0.lock() {
+            cache.insert(gvk.clone(), (Instant::now(), resolved.clone()));
+        }
+        resolved
+    }
+}
+
+/// What the reconciler needs (one per watched scope: its caches are the scope's).
+pub struct Context {
+    pub client: Client,
+    pub worker_deployments: Store<WorkerDeployment>,
+    pub deployments: Store<Deployment>,
+    pub recorder: Recorder,
+    pub discovery: Discovery,
+    pub allowed_kinds: Vec<String>,
+    /// Reconcile again after this long when all is well.
+    pub resync: Duration,
+}
+
+impl Context {
+    async fn event(
+        &self,
+        wrt: &WorkerResourceTemplate,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        let ev = Event {
+            type_,
+            reason: reason.into(),
+            note: Some(note),
+            action: "Reconcile".into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &wrt.object_ref(&())).await {
+            tracing::debug!("cannot publish event: {e}");
+        }
+    }
+}
+
+/// Reconciles one WorkerResourceTemplate, counted in the metrics.
+pub async fn reconcile(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Action> {
+    metrics::counted(CONTROLLER, sync(wrt, ctx), Error::reason).await
+}
+
+/// The error policy: only a failed status write gets here.
+pub fn error_policy(_: Arc<WorkerResourceTemplate>, error: &Error, _: Arc<Context>) -> Action {
+    tracing::warn!("WorkerResourceTemplate reconcile failed: {error}");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Action> {
+    if wrt.meta().deletion_timestamp.is_some() {
+        // Its copies are owned by it: the garbage collector removes them.
+        return Ok(Action::await_change());
+    }
+    // A WorkerDeployment not yet in a cache that is still filling is not "not found".
+    let _ = ctx.worker_deployments.wait_until_ready().await;
+    let _ = ctx.deployments.wait_until_ready().await;
+    let (observed, resource) = observe(&wrt, &ctx).await;
+    let plan = plan::plan(&wrt, &observed);
+    let outcome = execute(&wrt, &ctx, &plan, resource.as_ref()).await;
+    let status = plan::status(&wrt, &observed, &plan, &outcome, SystemTime::now());
+
+    let ready = |s: Option<&twc_api::WorkerResourceTemplateStatus>| {
+        s.and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
+            .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+    };
+    let (before, after) = (ready(wrt.status.as_ref()), ready(Some(&status)));
+    if let Some((st, why, message)) = &after
+        && st == "False"
+        && before != after
+    {
+        tracing::info!(
+            namespace = wrt.namespace().unwrap_or_default(),
+            name = wrt.name_any(),
+            reason = why,
+            "{message}"
+        );
+        ctx.event(&wrt, EventType::Warning, why, message.clone())
+            .await;
+    }
+    let failed = after.as_ref().is_some_and(|(st, _, _)| st == "False")
+        || outcome.deleted.len() < plan.deletes.len();
+    let previous = wrt.status.clone().unwrap_or_default();
+    if previous != status {
+        write_status(&ctx.client, &wrt, &status).await?;
+    }
+    Ok(if plan.worker_deployment_missing {
+        Action::await_change()
+    } else if failed {
+        Action::requeue(RETRY)
+    } else {
+        Action::requeue(ctx.resync)
+    })
+}
+
+async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Option<ApiResource>) {
+    let ns = wrt.namespace().unwrap_or_default();
+    let name = wrt.spec.worker_deployment_name().unwrap_or_default();
+    let wd = ctx
+        .worker_deployments
+        .get(&ObjectRef::new(name).within(&ns));
+    let mut observed = Observed {
+        allowed_kinds: ctx.allowed_kinds.clone(),
+        ..Default::default()
+    };
+    let Some(wd) = wd else {
+        return (observed, None);
+    };
+    let Some(owner) = wd.controller_owner_ref(&()).map(|mut o| {
+        o.block_owner_deletion = Some(true);
+        o
+    }) else {
+        return (observed, None);
+    };
+    observed.worker_deployment = Some(ObservedWorkerDeployment {
+        name: wd.name_any(),
+        temporal_namespace: wd.spec.worker_options.temporal_namespace.clone(),
+        owner,
+    });
+    observed.versions = ctx
+        .deployments
+        .state()
+        .iter()
+        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
+        .filter(|d| crate::plan::deployment::is_owned_by(d, &wd))
+        .filter(|d| d.metadata.deletion_timestamp.is_none())
+        .filter_map(|d| crate::plan::observe_deployment(d))
+        .map(|d| (d.build_id, d.name))
+        .collect();
+    let template = &wrt.spec.template;
+    if !render::check(template, &ctx.allowed_kinds).is_empty() {
+        return (observed, None);
+    }
+    let Some(gvk) = render::gvk(template) else {
+        return (observed, None);
+    };
+    match ctx.discovery.resolve(&ctx.client, &gvk).await {
+        Ok(ar) => (observed, Some(ar)),
+        Err(e) => {
+            observed.kind_problem = Some(e);
+            (observed, None)
+        }
+    }
+}
+
+/// Carries out the plan; every failure is recorded in the outcome (or logged), none stops
+/// the rest.
+async fn execute(
+    wrt: &WorkerResourceTemplate,
+    ctx: &Context,
+    plan: &Plan,
+    resource: Option<&ApiResource>,
+) -> Outcome {
+    let ns = wrt.namespace().unwrap_or_default();
+    let mut outcome = Outcome::default();
+    if let Some(refs) = &plan.owner_references {
+        let api: Api<WorkerResourceTemplate> = Api::namespaced(ctx.client.clone(), &ns);
+        let patch = json!({"metadata": {
+            "resourceVersion": wrt.resource_version(),
+            "ownerReferences": refs,
+        }});
+        if let Err(e) = api
+            .patch(
+                &wrt.name_any(),
+                &PatchParams::default(),
+                &Patch::Merge(&patch),
+            )
+            .await
+        {
+            // A stale copy (409) comes back with the change; anything else is retried.
+            tracing::debug!(
+                "owner reference of {ns}/{}: {}",
+                wrt.name_any(),
+                kube_message(&e)
+            );
+        }
+    }
+    let Some(resource) = resource else {
+        return outcome;
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &ns, resource);
+    for (build, name) in &plan.deletes {
+        match api.delete(name, &DeleteParams::background()).await {
+            Ok(_) => {
+                outcome.deleted.insert(build.clone());
+                ctx.event(
+                    wrt,
+                    EventType::Normal,
+                    "ResourceDeleted",
+                    format!(
+                        "deleted {} {name}: buildID {build} has no Deployment",
+                        resource.kind
+                    ),
+                )
+                .await;
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {
+                outcome.deleted.insert(build.clone());
+            }
+            Err(e) => tracing::debug!("delete {} {ns}/{name}: {}", resource.kind, kube_message(&e)),
+        }
+    }
+    let params = PatchParams::apply(MANAGER).force();
+    for apply in &plan.applies {
+        match api
+            .patch(&apply.name, &params, &Patch::Apply(&apply.object))
+            .await
+        {
+            Ok(_) => {
+                ctx.event(
+                    wrt,
+                    EventType::Normal,
+                    "ResourceApplied",
+                    format!(
+                        "applied {} {} for buildID {}",
+                        resource.kind, apply.name, apply.build_id
+                    ),
+                )
+                .await;
+            }
+            Err(e) => {
+                outcome
+                    .apply_errors
+                    .insert(apply.build_id.clone(), kube_message(&e));
+            }
+        }
+    }
+    outcome
+}
+
+async fn write_status(
+    client: &Client,
+    wrt: &WorkerResourceTemplate,
+    status: &twc_api::WorkerResourceTemplateStatus,
+) -> Result<()> {
+    let api: Api<WorkerResourceTemplate> =
+        Api::namespaced(client.clone(), &wrt.namespace().unwrap_or_default());
+    let body = json!({
+        "apiVersion": API_VERSION,
+        "kind": "WorkerResourceTemplate",
+        "status": status,
+    });
+    match api
+        .patch_status(
+            &wrt.name_any(),
+            &PatchParams::apply(MANAGER).force(),
+            &Patch::Apply(&body),
+        )
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
