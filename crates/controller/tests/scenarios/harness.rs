@@ -25,6 +25,7 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
     DescribeWorkflowExecutionRequest, SetWorkerDeploymentManagerRequest,
     StartWorkflowExecutionRequest, set_worker_deployment_manager_request::NewManagerIdentity,
 };
+use twc_api::conditions::PROGRESSING;
 use twc_api::{Connection, ConnectionSpec, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, deployment};
 use twc_controller::reconcile::MANAGER;
@@ -41,6 +42,8 @@ pub const SETUP_IDENTITY: &str = "twc-scenario-setup";
 pub const WAIT: Duration = Duration::from_secs(60);
 /// How long "nothing changes" is watched, as TWC's `WithWaitTime(5 * time.Second)`.
 pub const SETTLE: Duration = Duration::from_secs(5);
+/// The pause before each read of Temporal in a waiting loop (which adds its own 100 ms).
+const TEMPORAL_POLL: Duration = Duration::from_millis(400);
 /// The controller of this binary refuses a new version while this many cannot be deleted
 /// (TWC's tests: `CONTROLLER_MAX_DEPLOYMENT_VERSIONS_INELIGIBLE_FOR_DELETION=5`).
 pub const MAX_UNDELETABLE: usize = 5;
@@ -312,9 +315,18 @@ impl Scenario {
     }
 
     pub async fn describe(&self) -> DeploymentState {
+        self.wait_temporal("described", |_| true).await
+    }
+
+    /// `DescribeWorkerDeployment`, at most about twice a second per waiting loop: each read is
+    /// a query to the worker deployment's workflow, which refuses queries while busy ("too
+    /// many requests issued to Worker Deployment", `ResourceExhausted`), and the controller
+    /// must not be crowded out (it waits such a refusal out for half a minute).
+    async fn paced_describe(&self) -> Result<DeploymentState, String> {
+        tokio::time::sleep(TEMPORAL_POLL).await;
         temporal::describe(&self.temporal, &self.temporal_ns, &self.deployment_name)
             .await
-            .unwrap_or_else(|e| panic!("DescribeWorkerDeployment: {e}"))
+            .map_err(|e| e.to_string())
     }
 
     /// Waits until Temporal's state of the worker deployment satisfies `pred`.
@@ -328,10 +340,7 @@ impl Scenario {
             &format!("{}: {what}", self.deployment_name.clone()),
             WAIT,
             || async move {
-                let s =
-                    temporal::describe(&self.temporal, &self.temporal_ns, &self.deployment_name)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                let s = self.paced_describe().await?;
                 if pred(&s) {
                     Ok(s)
                 } else {
@@ -341,6 +350,32 @@ impl Scenario {
         )
         .await
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Waits until the worker deployment answers three reads in a row. Right after some
+    /// writes (a new manager identity) its workflow is busy for a moment and reads fail with
+    /// "too many requests issued to Worker Deployment" (`ResourceExhausted`), which the
+    /// controller waits out for half a minute; letting it settle first keeps the test short.
+    pub async fn wait_quiet(&self) {
+        let streak = std::sync::atomic::AtomicUsize::new(0);
+        let streak = &streak;
+        wait_for(
+            &format!("{}: quiet", self.deployment_name),
+            WAIT,
+            || async move {
+                use std::sync::atomic::Ordering::SeqCst;
+                match self.paced_describe().await {
+                    Ok(_) if streak.fetch_add(1, SeqCst) + 1 >= 3 => Ok(()),
+                    Ok(_) => Err("answering".to_string()),
+                    Err(e) => {
+                        streak.store(0, SeqCst);
+                        Err(e)
+                    }
+                }
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     }
 
     /// Waits until the workers of every build poll, so the versions exist in Temporal.
@@ -470,6 +505,7 @@ impl Scenario {
         wait_for(&format!("workflow {id} to complete"), WAIT, || {
             let mut svc = svc.clone();
             async move {
+                tokio::time::sleep(TEMPORAL_POLL).await;
                 let info = svc
                     .describe_workflow_execution(tonic::Request::new(
                         DescribeWorkflowExecutionRequest {
@@ -596,10 +632,7 @@ impl Scenario {
             ),
             Duration::from_secs(30),
             || async move {
-                let s =
-                    temporal::describe(&self.temporal, &self.temporal_ns, &self.deployment_name)
-                        .await
-                        .map_err(|e| e.to_string())?;
+                let s = self.paced_describe().await?;
                 pred(&s).map_err(|e| format!("{e}; state {s:?}"))
             },
         )
@@ -607,9 +640,26 @@ impl Scenario {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 
-    /// The message of a condition of the WorkerDeployment now.
-    pub async fn condition(&self, type_: &str) -> Option<(String, String, String)> {
-        common::condition(&self.get().await, type_)
+    /// Waits until the Progressing condition's message says all of `words`; returns its
+    /// reason and message. (Waiting, not reading once: a transient Temporal error, such as
+    /// `ResourceExhausted` for a deployment workflow busy with a concurrent query, replaces
+    /// the message until the next good reconcile.)
+    pub async fn wait_progressing_says(&self, words: &[&str]) -> (String, String) {
+        let wd = common::wait_wd(
+            &self.client,
+            &self.ns,
+            &self.name,
+            &format!("Progressing says {words:?}"),
+            WAIT,
+            |wd| {
+                common::condition(wd, PROGRESSING)
+                    .is_some_and(|(_, _, m)| words.iter().all(|w| m.contains(w)))
+            },
+        )
+        .await;
+        common::condition(&wd, PROGRESSING)
+            .map(|(_, r, m)| (r, m))
+            .unwrap_or_default()
     }
 
     /// Waits until condition `type_` has `status` and `reason`.

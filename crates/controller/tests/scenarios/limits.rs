@@ -10,7 +10,6 @@
 //! would really poll, so the cap must count the current version for the blocked cases to hold.
 
 use twc_api::VersionStatus::{Current, Drained, NotRegistered};
-use twc_api::conditions::PROGRESSING;
 
 use crate::common::World;
 use crate::harness::*;
@@ -65,16 +64,14 @@ async fn blocked_at_max(w: &'static World, prefix: &str, rollout: serde_json::Va
     for b in &olds {
         s.wait_replicas(b, 1).await;
     }
-    let (_, reason, message) = s
-        .condition(PROGRESSING)
-        .await
-        .unwrap_or_else(|| panic!("no Progressing condition"));
+    // The condition says why.
+    let (reason, _) = s
+        .wait_progressing_says(&[
+            &format!("not creating buildID {target}"),
+            &format!("(limit {MAX_UNDELETABLE})"),
+        ])
+        .await;
     assert_eq!(reason, "WaitingForPollers");
-    assert!(
-        message.contains(&format!("not creating buildID {target}"))
-            && message.contains(&format!("(limit {MAX_UNDELETABLE})")),
-        "the condition does not say why: {message}"
-    );
 }
 
 pub async fn manual_rollout_blocked_at_max_versions_ineligible_for_deletion(w: &'static World) {
@@ -138,14 +135,8 @@ pub async fn seventh_rollout_unblocked_after_pollers_die_version_deleted(w: &'st
         blocked = blocked.deprecated(b, Drained);
     }
     s.settle(&blocked).await;
-    let (_, _, message) = s
-        .condition(PROGRESSING)
-        .await
-        .unwrap_or_else(|| panic!("no Progressing condition"));
-    assert!(
-        message.contains(&format!("not creating buildID {target}")),
-        "{message}"
-    );
+    s.wait_progressing_says(&[&format!("not creating buildID {target}")])
+        .await;
 
     s.scale(&olds[1], 0).await;
     let mut expect = Expect::target(&target, Current).current(&target);
