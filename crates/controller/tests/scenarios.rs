@@ -4,8 +4,8 @@
 //! name in snake case (`6th-`/`7th-` become `sixth_`/`seventh_`); where our controller differs
 //! on purpose, the scenario says so and checks our behaviour.
 //!
-//! Not here (other work in progress): gate workflows, the unversioned-poller ramp (TWC 20),
-//! WorkerResourceTemplates and rate limiting.
+//! Not here (other work in progress): gate workflows, the unversioned-poller ramp (TWC 20)
+//! and rate limiting.
 //!
 //! Scenarios run concurrently in the background; see `scenarios/runner.rs`.
 
@@ -24,6 +24,8 @@ mod limits;
 mod rollout;
 #[path = "scenarios/runner.rs"]
 mod runner;
+#[path = "scenarios/wrt.rs"]
+mod wrt;
 
 use common::TestResult;
 
@@ -90,6 +92,17 @@ scenarios! {
         rollout::manual_rollout_yes_unversioned_pollers_expect_no_current,
     all_at_once_yes_unversioned_pollers_expect_current =>
         rollout::all_at_once_yes_unversioned_pollers_expect_current,
+    wrt_multiple_active_versions => wrt::wrt_multiple_active_versions,
+    wrt_gone_deployment_deletes_copy => wrt::wrt_gone_deployment_deletes_copy,
+    wrt_apply_failure => wrt::wrt_apply_failure,
+    wrt_ssa_idempotency => wrt::wrt_ssa_idempotency,
+    wrt_creates_hpa_per_build_id => wrt::wrt_creates_hpa_per_build_id,
+    wrt_owner_ref => wrt::wrt_owner_ref,
+    wrt_matchlabels_injection => wrt::wrt_matchlabels_injection,
+    wrt_multiple_wrts_same_twd => wrt::wrt_multiple_wrts_same_twd,
+    wrt_metric_selector_injection => wrt::wrt_metric_selector_injection,
+    wrt_scaletargetref_empty_object_sentinel => wrt::wrt_scaletargetref_empty_object_sentinel,
+    wrt_worker_deployment_not_found => wrt::wrt_worker_deployment_not_found,
     manual_rollout_expect_no_change => rollout::manual_rollout_expect_no_change,
     manual_rollout_expect_deployments_scaled_up =>
         rollout::manual_rollout_expect_deployments_scaled_up,

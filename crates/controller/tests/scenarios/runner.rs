@@ -117,6 +117,8 @@ fn launch(all: &'static [&'static str], bodies: Bodies) -> Runner {
         .unwrap_or_else(|e| panic!("scenario runtime: {e}"));
     let mut config = common::test_config();
     config.limits.max_undeletable_versions = crate::harness::MAX_UNDELETABLE;
+    // `wrt_apply_failure` renders a kind no apiserver serves (TWC's `FakeResource`).
+    config.wrt_allowed_kinds.push("FakeResource".into());
     let world = runtime.block_on(common::world_with(Some(config)));
     let runner = Runner {
         world,
