@@ -44,6 +44,11 @@ pub enum Error {
     #[error("the routing changed concurrently ({0}); re-reading")]
     Conflict(String),
 
+    /// Temporal's worker deployment is still busy with a previous change (`ResourceExhausted`
+    /// "too many requests issued to Worker Deployment"): retried at the next fast poll.
+    #[error("Temporal is still applying a previous change ({0}); retrying")]
+    Busy(String),
+
     /// A Kubernetes API call failed.
     #[error("kubernetes: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
@@ -60,9 +65,10 @@ impl Error {
             Error::InvalidSpec(_) => reason::INVALID_SPEC,
             Error::PlanGenerationFailed(_) => reason::PLAN_GENERATION_FAILED,
             Error::RateLimited(reason, _) => reason,
-            Error::PlanExecutionFailed(_) | Error::Conflict(_) | Error::Kube(_) => {
-                reason::PLAN_EXECUTION_FAILED
-            }
+            Error::PlanExecutionFailed(_)
+            | Error::Conflict(_)
+            | Error::Busy(_)
+            | Error::Kube(_) => reason::PLAN_EXECUTION_FAILED,
         }
     }
 
@@ -84,6 +90,9 @@ impl Error {
     pub fn temporal(status: &tonic::Status, what: String, other: fn(String) -> Error) -> Error {
         let reason = other(String::new()).reason();
         match status.code() {
+            tonic::Code::ResourceExhausted if status.message().contains("Worker Deployment") => {
+                Error::Busy(what)
+            }
             tonic::Code::ResourceExhausted => Error::RateLimited(reason, what),
             tonic::Code::FailedPrecondition
                 if status.message().contains("conflict token mismatch") =>
@@ -94,9 +103,9 @@ impl Error {
         }
     }
 
-    /// Worth a Warning event (a concurrent change is not).
+    /// Worth a Warning event (a concurrent change, or Temporal finishing one, is not).
     pub fn is_warning(&self) -> bool {
-        !matches!(self, Error::Conflict(_))
+        !matches!(self, Error::Conflict(_) | Error::Busy(_))
     }
 
     /// When to try again: at the fast poll after a conflict; after the steady poll when
@@ -106,7 +115,7 @@ impl Error {
         use std::time::Duration;
         let (fast, steady) = (intervals.moving, intervals.steady);
         match self {
-            Error::Conflict(_) => fast,
+            Error::Conflict(_) | Error::Busy(_) => fast,
             Error::RateLimited(..) => {
                 let jitter = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -164,6 +173,17 @@ mod tests {
         );
         assert!(matches!(e, Error::Conflict(_)));
         assert!(!e.is_warning());
+        assert_eq!(e.retry_after(&intervals), Duration::from_secs(2));
+
+        let busy = tonic::Status::resource_exhausted(
+            "too many requests issued to Worker Deployment; please retry",
+        );
+        let e = Error::temporal(
+            &busy,
+            "DescribeWorkerDeployment".into(),
+            Error::TemporalStateFetchFailed,
+        );
+        assert!(matches!(e, Error::Busy(_)) && !e.is_warning());
         assert_eq!(e.retry_after(&intervals), Duration::from_secs(2));
 
         let refused = tonic::Status::failed_precondition("ManagerIdentity 'x' is set");
