@@ -15,7 +15,9 @@
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
 //! * `Fail` - fails at once (a failing gate);
-//! * `Sleep(seconds)` - waits, then completes (keeps a version Draining while it runs).
+//! * `Sleep(seconds)` - waits, then completes (keeps a version Draining while it runs);
+//! * `CheckInput(json)` - completes if its JSON argument has `"ok": true`, else fails (a gate
+//!   whose input comes from the spec, a ConfigMap or a Secret).
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -66,6 +68,26 @@ impl Sleep {
     pub async fn run(ctx: &mut WorkflowContext<Self>, seconds: u64) -> WorkflowResult<String> {
         ctx.timer(Duration::from_secs(seconds)).await;
         Ok(format!("slept {seconds}s"))
+    }
+}
+
+#[workflow]
+#[derive(Default)]
+pub struct CheckInput;
+
+#[workflow_methods]
+impl CheckInput {
+    #[run]
+    pub async fn run(
+        _ctx: &mut WorkflowContext<Self>,
+        input: serde_json::Value,
+    ) -> WorkflowResult<String> {
+        if input.get("ok") == Some(&serde_json::Value::Bool(true)) {
+            Ok("input ok".to_string())
+        } else {
+            // Never echo the input: it may come from a Secret.
+            Err(ApplicationFailure::new("the gate input does not have \"ok\": true").into())
+        }
     }
 }
 
@@ -162,6 +184,7 @@ async fn main() -> anyhow::Result<()> {
         .register_workflow::<Succeed>()?
         .register_workflow::<Fail>()?
         .register_workflow::<Sleep>()?
+        .register_workflow::<CheckInput>()?
         .build();
     let mut worker = Worker::new(&runtime, client, options)?;
     println!(
