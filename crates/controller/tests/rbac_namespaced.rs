@@ -45,6 +45,7 @@ async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestRe
 
     wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
     wait_connection(&admin, &a, "temporal", "protected", QUICK).await;
+    worker_resource_templates_apply(&admin, &a).await;
     let wd = wait_wd(&admin, &b, "w", "ConnectionNotFound", QUICK, |wd| {
         condition(wd, "Ready").is_some_and(|(_, r, _)| r == "ConnectionNotFound")
     })
@@ -70,4 +71,52 @@ async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestRe
         forbidden.join("\n")
     );
     Ok(())
+}
+
+/// An HPA and a PDB WorkerResourceTemplate are applied with the Role's rights alone.
+async fn worker_resource_templates_apply(admin: &kube::Client, ns: &str) {
+    use kube::api::{Api, PostParams};
+    use serde_json::json;
+    use twc_api::WorkerResourceTemplate;
+    let api: Api<WorkerResourceTemplate> = Api::namespaced(admin.clone(), ns);
+    let templates = [
+        (
+            "hpa",
+            json!({"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 2}}),
+        ),
+        (
+            "pdb",
+            json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+            "spec": {"maxUnavailable": 1, "selector": {"matchLabels": {}}}}),
+        ),
+    ];
+    for (name, template) in templates {
+        let wrt: WorkerResourceTemplate = from_json(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"workerDeploymentRef": {"name": "w"}, "template": template},
+        }));
+        api.create(&PostParams::default(), &wrt)
+            .await
+            .unwrap_or_else(|e| panic!("create WorkerResourceTemplate {ns}/{name}: {e}"));
+        twc_testenv::wait_for(&format!("{ns}/{name} applied"), QUICK, || {
+            let api = api.clone();
+            async move {
+                let wrt = api.get(name).await.map_err(|e| e.to_string())?;
+                let status = wrt.status.clone().unwrap_or_default();
+                let ready = status
+                    .conditions
+                    .iter()
+                    .any(|c| c.type_ == "Ready" && c.status == "True");
+                if ready && !status.versions.is_empty() {
+                    Ok(())
+                } else {
+                    Err(serde_json::to_string(&status).unwrap_or_default())
+                }
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    }
 }
