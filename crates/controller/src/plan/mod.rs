@@ -68,7 +68,9 @@ pub struct Needs {
 
 /// What to read about `target` before planning: its task queues while it is registered and
 /// not current (they are shown in the status); the gate runs if a gate is set; the
-/// unversioned-poller check for a Progressive first rollout (no current version yet).
+/// unversioned-poller check for a Progressive first rollout (no current version yet) that
+/// does not ramp yet. Such a target is Inactive, or Draining then Drained once a pinned gate
+/// run went to it (the server reactivates a version a pinned workflow starts on).
 pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Needs {
     let status = status_of(state, target);
     let pending =
@@ -78,7 +80,7 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
         gates: pending && wd.spec.rollout.gate.is_some(),
         unversioned_pollers: pending
             && state.current_build_id.is_none()
-            && status == VersionStatus::Inactive
+            && state.ramping_build_id.as_deref() != Some(target)
             && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive,
     }
 }
@@ -392,6 +394,12 @@ fn routing(
     let state = &observed.temporal;
     let rollout = &wd.spec.rollout;
     if rollout.strategy == RolloutStrategyKind::Manual {
+        // Manual never routes, but whoever promotes by hand should see that the gate failed.
+        if rollout.gate.is_some()
+            && let Gate::Failed(why) = gate_verdict(target, &observed.target)
+        {
+            plan.blocked = Some(why);
+        }
         return None;
     }
     let target_status = status_of(state, target);
@@ -427,7 +435,12 @@ fn routing(
         match (rollout.strategy, state.current_build_id.is_some()) {
             // The first version, from unversioned workers: ramp only if every task queue still
             // has unversioned pollers to take the rest, else all new workflows would go to
-            // nobody.
+            // nobody. Once it ramps, it walks the steps.
+            (RolloutStrategyKind::Progressive, false)
+                if state.ramping_build_id.as_deref() == Some(target) =>
+            {
+                progressive(wd, target, state, now)
+            }
             (RolloutStrategyKind::Progressive, false) => {
                 match observed.target.unversioned_pollers {
                     Some(true) => progressive(wd, target, state, now),

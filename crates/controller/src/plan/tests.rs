@@ -631,8 +631,12 @@ fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_c
 #[test]
 fn a_failed_gate_blocks_the_build_for_good_and_says_why() {
     use WorkflowExecutionStatus::{Completed, Failed, TimedOut};
-    for failure in [Failed, TimedOut] {
-        let (wd, target, mut o) = gated("Progressive");
+    for (strategy, failure) in [
+        ("Progressive", Failed),
+        ("AllAtOnce", TimedOut),
+        ("Manual", Failed),
+    ] {
+        let (wd, target, mut o) = gated(strategy);
         o.target.gates = vec![gate_run("a", Completed), gate_run("b", failure)];
         let p = plan(&wd, &conn(), ME, &o);
         assert_eq!(p.routing, None);
@@ -681,4 +685,61 @@ fn a_gate_waits_until_the_version_reports_its_task_queues() {
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, None);
     assert!(p.moving);
+}
+
+#[test]
+fn a_first_version_drained_by_its_gate_run_is_still_checked_for_unversioned_pollers() {
+    use WorkflowExecutionStatus::Completed;
+    let (wd, target, mut o) = gated("Progressive");
+    // No current version; the server reactivated the target for its pinned gate run, which
+    // left it Drained once the run completed.
+    o.temporal.current_build_id = None;
+    o.temporal.versions.remove("v1");
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Drained));
+    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Completed)];
+    assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
+    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None, "not known yet");
+    o.target.unversioned_pollers = Some(false);
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+    o.target.unversioned_pollers = Some(true);
+    assert_eq!(
+        plan(&wd, &conn(), ME, &o).routing,
+        Some(Routing::SetRamp(target.clone(), 10.0))
+    );
+}
+
+#[test]
+fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
+    let wd = wd("Progressive", "w:v1");
+    let target = target_of(&wd);
+    let mut o = observed(t(1000));
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, None));
+    o.temporal.exists = true;
+    o.temporal
+        .versions
+        .insert(target.clone(), version(VersionStatus::Ramping));
+    o.temporal.ramping_build_id = Some(target.clone());
+    // The check was made before the first step; it is not read again.
+    assert!(!needs(&wd, &target, &o.temporal).unversioned_pollers);
+    let cases: Vec<(f32, u64, Option<Routing>)> = vec![
+        // (ramp, seconds since it changed, expected)
+        (10.0, 30, None),
+        (10.0, 61, Some(Routing::SetRamp(target.clone(), 50.0))),
+        (50.0, 301, Some(Routing::SetCurrent(target.clone()))),
+    ];
+    for (ramp, ago, expected) in cases {
+        o.temporal.ramp_percentage = ramp;
+        o.temporal.ramp_changed_at = Some(t(1000 - ago));
+        assert_eq!(
+            plan(&wd, &conn(), ME, &o).routing,
+            expected,
+            "ramp {ramp}, {ago}s ago"
+        );
+    }
 }
