@@ -4,8 +4,7 @@
 //! name in snake case (`6th-`/`7th-` become `sixth_`/`seventh_`); where our controller differs
 //! on purpose, the scenario says so and checks our behaviour.
 //!
-//! Not here (other work in progress): gate workflows, the unversioned-poller ramp (TWC 20)
-//! and rate limiting.
+//! Not here (other work in progress): rate limiting.
 //!
 //! Scenarios run concurrently in the background; see `scenarios/runner.rs`.
 
@@ -14,6 +13,8 @@ mod common;
 mod conditions;
 #[path = "scenarios/deletion.rs"]
 mod deletion;
+#[path = "scenarios/gates.rs"]
+mod gates;
 #[path = "scenarios/harness.rs"]
 mod harness;
 #[path = "scenarios/identity.rs"]
@@ -59,6 +60,24 @@ scenarios! {
         limits::seventh_rollout_unblocked_after_pollers_die_version_deleted,
     sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions =>
         limits::sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions,
+    progressive_rollout_from_unversioned_pollers_walks_the_steps =>
+        gates::progressive_rollout_from_unversioned_pollers_walks_the_steps,
+    gate_input_from_config_map_and_secret => gates::gate_input_from_config_map_and_secret,
+    progressive_rollout_yes_unversioned_pollers_expect_first_step =>
+        gates::progressive_rollout_yes_unversioned_pollers_expect_first_step,
+    manual_rollout_with_failed_gate_expect_no_current =>
+        gates::manual_rollout_with_failed_gate_expect_no_current,
+    all_at_once_rollout_with_failed_gate_expect_no_current =>
+        gates::all_at_once_rollout_with_failed_gate_expect_no_current,
+    progressive_rollout_with_failed_gate => gates::progressive_rollout_with_failed_gate,
+    progressive_rollout_success_gate_expect_first_step =>
+        gates::progressive_rollout_success_gate_expect_first_step,
+    manual_rollout_with_success_gate_expect_no_current =>
+        gates::manual_rollout_with_success_gate_expect_no_current,
+    all_at_once_with_success_gate_expect_current =>
+        gates::all_at_once_with_success_gate_expect_current,
+    progressive_rollout_with_gate_no_current_expect_all_at_once =>
+        gates::progressive_rollout_with_gate_no_current_expect_all_at_once,
     manual_rollout_blocked_at_max_versions_ineligible_for_deletion =>
         limits::manual_rollout_blocked_at_max_versions_ineligible_for_deletion,
     all_at_once_blocked_at_max_versions_ineligible_for_deletion =>
