@@ -300,7 +300,12 @@ async fn run_controllers(
     let mut dep_writers = Vec::new();
     let mut sec_stores = Vec::new();
     let mut sec_writers = Vec::new();
+    let mut wrt_stores = Vec::new();
+    let mut wrt_writers = Vec::new();
     for scope in &scopes {
+        let (r, w) = reflector::store();
+        wrt_stores.push((scope.clone(), r));
+        wrt_writers.push(w);
         let (r, w) = reflector::store();
         conn_stores.push((scope.clone(), r));
         conn_writers.push(w);
@@ -329,6 +334,7 @@ async fn run_controllers(
         stores: stores.clone(),
         deployments: Scoped::new(dep_stores.clone()),
         secret_meta: Scoped::new(sec_stores.clone()),
+        templates: Scoped::new(wrt_stores.clone()),
         recorder,
         intervals: config.intervals,
         limits: config.limits,
@@ -410,7 +416,7 @@ async fn run_controllers(
 
         // WorkerResourceTemplates, re-queued by their WorkerDeployment's events and those of
         // its versioned Deployments.
-        let (wrt_reader, wrt_writer) = reflector::store();
+        let (wrt_reader, wrt_writer) = (wrt_stores[i].1.clone(), wrt_writers.remove(0));
         let (wrt_tx, wrt_rx) = unbounded_channel();
         let wrt_triggers = crate::wrt::Triggers::new(wrt_reader.clone(), wrt_tx);
 
@@ -473,6 +479,18 @@ async fn run_controllers(
         )
         .default_backoff()
         .reflect(wrt_writer)
+        .inspect_ok({
+            // A template that scales the versions takes `replicas` over: its WorkerDeployment
+            // re-plans on the template's creation, spec changes and deletion.
+            let (s, spec_changes) = (senders.clone(), SpecChanges::default());
+            move |ev| {
+                for t in spec_changes.changed(ev) {
+                    if let Some(wd) = t.spec.worker_deployment_name() {
+                        s.workers([(t.namespace().unwrap_or_default(), wd.to_string())]);
+                    }
+                }
+            }
+        })
         .touched_objects()
         .predicate_filter(crate::wrt::predicate, Default::default());
         tasks.push(Box::pin(

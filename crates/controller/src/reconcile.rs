@@ -50,6 +50,8 @@ pub struct Context {
     pub stores: ConnectionStores,
     pub deployments: Scoped<Deployment>,
     pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
+    /// WorkerResourceTemplates (one scaling the versions takes `replicas` over).
+    pub templates: Scoped<twc_api::WorkerResourceTemplate>,
     pub recorder: Recorder,
     pub intervals: Intervals,
     pub limits: plan::Limits,
@@ -262,6 +264,7 @@ async fn pipeline(
         deployments: owned_deployments(wd, &ctx.deployments),
         temporal: state,
         target: target_observed,
+        autoscaled: autoscaled(wd, &ctx.templates),
     };
     let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
     execute(wd, ctx, &target, &resolved.spec, &plan, &mut observed)
@@ -273,6 +276,18 @@ async fn pipeline(
         })?;
     let status = status::versions(wd, &plan.target_build_id, &observed);
     Ok(Outcome { status, plan })
+}
+
+/// Whether a WorkerResourceTemplate of `wd` renders a scaler of its versions (an HPA or the
+/// like with `scaleTargetRef`): then the scaler owns their replicas, not the spec.
+fn autoscaled(wd: &WorkerDeployment, templates: &Scoped<twc_api::WorkerResourceTemplate>) -> bool {
+    let name = wd.name_any();
+    templates
+        .in_namespace(&wd.namespace().unwrap_or_default())
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .filter(|t| t.spec.worker_deployment_name() == Some(name.as_str()))
+        .any(|t| crate::wrt::render::scales_target(&t.spec.template))
 }
 
 /// The versioned Deployments `wd` controls, by build ID, from the watch cache.

@@ -113,6 +113,7 @@ scenarios! {
         rollout::all_at_once_yes_unversioned_pollers_expect_current,
     wrt_multiple_active_versions => wrt::wrt_multiple_active_versions,
     wrt_gone_deployment_deletes_copy => wrt::wrt_gone_deployment_deletes_copy,
+    wrt_scaler_owns_replicas => wrt::wrt_scaler_owns_replicas,
     wrt_apply_failure => wrt::wrt_apply_failure,
     wrt_ssa_idempotency => wrt::wrt_ssa_idempotency,
     wrt_creates_hpa_per_build_id => wrt::wrt_creates_hpa_per_build_id,

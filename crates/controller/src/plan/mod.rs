@@ -44,6 +44,8 @@ pub struct Observed {
     pub temporal: DeploymentState,
     /// What was read about the target version while it is registered and not current.
     pub target: TargetObserved,
+    /// A WorkerResourceTemplate scales the versions (an HPA): it owns their replicas.
+    pub autoscaled: bool,
 }
 
 /// The target version beyond `DescribeWorkerDeployment` (see [`needs`] for when each is read).
@@ -196,7 +198,16 @@ pub fn plan_with(
     };
 
     // The target's Deployment: create it, or re-apply it if its template or connection drifted.
-    let desired = deployment::versioned_deployment(wd, &target, conn);
+    let mut desired = deployment::versioned_deployment(wd, &target, conn);
+    // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
+    let replicas = if observed.autoscaled {
+        if let Some(s) = desired.spec.as_mut() {
+            s.replicas = None;
+        }
+        None
+    } else {
+        spec.replicas
+    };
     let desired_conn_hash = deployment::connection_hash(conn);
     let desired_digest = build_id::template_digest(&spec.template);
     match observed.deployments.get(&target) {
@@ -246,7 +257,7 @@ pub fn plan_with(
             continue;
         }
         if is_target || is_current {
-            match spec.replicas {
+            match replicas {
                 Some(r) if d.spec_replicas != Some(r) => plan.scale.push((d.name.clone(), r)),
                 None if is_target && !is_current && d.spec_replicas == Some(0) => {
                     // Re-activated after a sunset scale-down.
@@ -271,7 +282,7 @@ pub fn plan_with(
                 plan.moving = true;
             }
             VersionStatus::Ramping | VersionStatus::Current => {
-                if let Some(r) = spec.replicas
+                if let Some(r) = replicas
                     && d.spec_replicas != Some(r)
                 {
                     plan.scale.push((d.name.clone(), r));

@@ -315,7 +315,21 @@ fn replicas_follow_the_spec_for_active_versions_only() {
         .insert(target.clone(), version(VersionStatus::Current));
     let p = plan(&wd, &conn(), ME, &o);
     assert_eq!(p.scale, vec![(build_id::deployment_name("w", &target), 3)]);
+    // A WorkerResourceTemplate scaling the versions (an HPA) owns them, whatever the spec.
+    o.autoscaled = true;
+    assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
+    o.deployments.clear();
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(p.apply.len(), 1);
+    assert_eq!(
+        p.apply[0].spec.as_ref().and_then(|s| s.replicas),
+        None,
+        "not applied"
+    );
     // Without spec.replicas an autoscaler owns them: no scaling.
+    o.autoscaled = false;
+    o.deployments
+        .insert(target.clone(), deployment(&wd, &target, Some(1)));
     wd.spec.replicas = None;
     assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
 }

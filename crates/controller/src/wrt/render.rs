@@ -259,6 +259,19 @@ pub fn gvk(template: &Value) -> Option<(String, String, String)> {
     Some((group.to_string(), version.to_string(), kind.to_string()))
 }
 
+/// Whether the template scales the versioned Deployment it is rendered for: it has a
+/// `scaleTargetRef` (filled in by the controller) somewhere under `spec`.
+pub fn scales_target(template: &Value) -> bool {
+    fn has(v: &Value) -> bool {
+        match v {
+            Value::Object(map) => map.iter().any(|(k, c)| k == "scaleTargetRef" || has(c)),
+            Value::Array(items) => items.iter().any(has),
+            _ => false,
+        }
+    }
+    template.get("spec").is_some_and(has)
+}
+
 /// Whether `scaleTargetRef` is set to anything but `{}` anywhere under `v`.
 fn has_filled_scale_target_ref(v: &Value) -> bool {
     match v {

@@ -659,3 +659,62 @@ pub async fn wrt_gone_deployment_deletes_copy(w: &'static World) {
             .is_some()
     );
 }
+
+/// Ours (TWC's `HasScaleTarget`): a template that scales the versions (an HPA) owns their
+/// replicas; the WorkerDeployment stops setting them. Without one, the spec's replicas win.
+pub async fn wrt_scaler_owns_replicas(w: &'static World) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let (s, build) = rolled_out(w, "wrt-scaler").await;
+    let name = twc_controller::plan::build_id::deployment_name(&s.name, &build);
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    let scale_to = |n: i32| {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        async move {
+            deployments
+                .patch_scale(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": n}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("scale {name}: {e}"));
+        }
+    };
+    let replicas_become = |n: i32, why: &'static str| {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        async move {
+            wait_for(why, Duration::from_secs(60), || {
+                let deployments = deployments.clone();
+                let name = name.clone();
+                async move {
+                    let r = deployments
+                        .get(&name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .spec
+                        .and_then(|s| s.replicas);
+                    if r == Some(n) {
+                        Ok(())
+                    } else {
+                        Err(format!("replicas {r:?}"))
+                    }
+                }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    // No scaler: someone scaling the version is undone by the spec (replicas: 1).
+    scale_to(3).await;
+    replicas_become(1, "the spec's replicas restored").await;
+
+    create_wrt(&s, "hpa", hpa_template()).await;
+    wait_applied(&s, "hpa", &[&build]).await;
+    scale_to(3).await;
+    // The scale change re-triggers the WorkerDeployment (its Deployment's replicas changed);
+    // give it time to (wrongly) act, then check the scaler's value stands.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    replicas_become(3, "the scaler's replicas kept").await;
+}
