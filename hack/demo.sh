@@ -6,5 +6,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/provision.sh
-cargo build -q -p twc-example-worker
+cargo build -q -p twc-example-worker -p temporal-worker-controller --bins
 cargo run -q -p twc-demo -- "$@"

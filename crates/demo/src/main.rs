@@ -10,24 +10,18 @@
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
-use std::str::FromStr;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use kube::{Client, ResourceExt};
 use serde_json::json;
-use temporalio_client::{Connection, ConnectionOptions, Url, tonic};
-use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads, WorkflowType};
-use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
-use temporalio_common::protos::temporal::api::workflowservice::v1::{
-    CountWorkflowExecutionsRequest, StartWorkflowExecutionRequest,
-};
+use temporalio_client::{Connection, tonic};
+use temporalio_common::protos::temporal::api::workflowservice::v1::CountWorkflowExecutionsRequest;
 use twc_api::{ClusterConnection, VersionStatus, WorkerDeployment};
-use twc_controller::controller::{Config, prepare};
-use twc_controller::reconcile::Intervals;
+use twc_testenv::process::{ChildProcess, Spec};
 use twc_testenv::{LocalImage, Options, TestEnv};
 
 const NS: &str = "demo";
@@ -71,29 +65,149 @@ async fn main() -> anyhow::Result<()> {
     env.pod_runner
         .register_image(IMAGE, LocalImage::new(worker));
 
-    println!("== Running the controller");
-    let (_, controller) = prepare(
-        client.clone(),
-        Config {
-            identity: "twc-demo".into(),
-            intervals: Intervals {
-                moving: Duration::from_secs(1),
-                steady: Duration::from_secs(10),
-            },
-            ..Default::default()
-        },
-    )
-    .await;
-    let controller = tokio::spawn(controller);
+    println!("== Running the controller (twc run, leader election on)");
+    let mut controller = Controller::start(&env, &dir)?;
+    controller.wait_ready().await?;
+    let idle = controller.usage();
+    println!("   ready: leader, caches synced; {idle}");
 
     let result = demo(&env, &client, &cli).await;
-    controller.abort();
+    let end = controller.usage();
+    let rpcs = controller.rpcs().await;
+    controller.process.stop(Duration::from_secs(5));
     match &result {
-        Ok(()) => println!("\n== Done; stopping everything."),
-        Err(e) => println!("\n== Demo failed: {e:#}\n   logs: {}", dir.display()),
+        Ok(()) => {
+            println!(
+                "\n== Controller: idle {idle}; after the rollout {end}; {rpcs:.0} Temporal RPCs"
+            );
+            println!("== Done; stopping everything.");
+        }
+        Err(e) => println!(
+            "\n== Demo failed: {e:#}\n   logs: {} (controller: {})",
+            dir.display(),
+            controller.process.log_path().display()
+        ),
     }
     drop(env);
     result
+}
+
+/// The controller as a user runs it: the `twc` binary, with leader election and its endpoints.
+struct Controller {
+    process: ChildProcess,
+    addr: String,
+}
+
+impl Controller {
+    fn start(env: &TestEnv, dir: &std::path::Path) -> anyhow::Result<Self> {
+        let bin = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")?;
+        let addr = format!("127.0.0.1:{}", twc_testenv::process::free_port()?);
+        let mut spec = Spec::new("controller", bin, dir.join("controller.log")).args([
+            "run",
+            "--identity",
+            "twc-demo",
+            "--fast-poll-seconds",
+            "1",
+            "--steady-poll-seconds",
+            "10",
+            "--leader-elect",
+            "--leader-election-namespace",
+            "default",
+            "--metrics-bind-address",
+            &addr,
+            "--health-probe-bind-address",
+            &addr,
+        ]);
+        spec.env.push((
+            "KUBECONFIG".into(),
+            env.control_plane.kubeconfig_path.display().to_string(),
+        ));
+        Ok(Self {
+            process: ChildProcess::start(&spec)?,
+            addr,
+        })
+    }
+
+    async fn get(&self, path: &str) -> Option<(bool, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.ok()?;
+        let ok = raw.starts_with("HTTP/1.0 200") || raw.starts_with("HTTP/1.1 200");
+        Some((
+            ok,
+            raw.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default(),
+        ))
+    }
+
+    async fn wait_ready(&mut self) -> anyhow::Result<()> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.process.check_running()?;
+            if let Some((true, body)) = self.get("/readyz").await
+                && body.contains("leader")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "the controller is not ready after 60 s; see {}",
+                    self.process.log_path().display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Resident memory (now and peak) and CPU time so far, from /proc.
+    fn usage(&self) -> String {
+        let pid = self.process.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name: utime and stime are the 14th and 15th of the line.
+        let ticks: f64 = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .filter_map(|v| v.parse::<f64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        format!(
+            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
+            kib("VmRSS:") / 1024.0,
+            kib("VmHWM:") / 1024.0,
+            ticks / 100.0
+        )
+    }
+
+    /// Temporal RPCs the controller made, from its metrics.
+    async fn rpcs(&self) -> f64 {
+        let body = self
+            .get("/metrics")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.lines()
+            .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
 }
 
 async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
@@ -144,9 +258,18 @@ async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
     println!(
         "== v1 ({v1}) is current. Starting {PINNED_WORKFLOWS} workflows of {WORKFLOW_SECONDS}s, pinned to v1"
     );
-    let temporal = temporal_connection(&env.temporal.address).await?;
+    let temporal = env.temporal.connect().await?;
     for i in 0..PINNED_WORKFLOWS {
-        start_sleep(&temporal, &temporal_ns, &format!("pinned-{i}")).await?;
+        let seconds = WORKFLOW_SECONDS.to_string();
+        twc_testenv::temporal::start_workflow(
+            &temporal,
+            &temporal_ns,
+            NAME,
+            "Sleep",
+            &format!("pinned-{i}"),
+            Some(&seconds),
+        )
+        .await?;
     }
 
     println!("== Changing the image to v2 (Progressive: 25% for 30s, 75% for 30s, then current)");
@@ -300,7 +423,7 @@ async fn watch(
     deadline: Instant,
     done: impl Fn(&Snapshot) -> bool,
 ) -> anyhow::Result<Snapshot> {
-    let temporal = temporal_connection(&env.temporal.address).await?;
+    let temporal = env.temporal.connect().await?;
     let mut last = String::new();
     loop {
         env.check_running()?;
@@ -318,44 +441,4 @@ async fn watch(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-}
-
-async fn temporal_connection(address: &str) -> anyhow::Result<Connection> {
-    let url = Url::from_str(&format!("http://{address}"))?;
-    Connection::connect(
-        ConnectionOptions::new(url)
-            .identity("twc-demo".to_string())
-            .build(),
-    )
-    .await
-    .context("connecting to Temporal")
-}
-
-async fn start_sleep(conn: &Connection, namespace: &str, id: &str) -> anyhow::Result<()> {
-    let mut svc = conn.workflow_service();
-    let payload = Payload {
-        metadata: [("encoding".to_string(), b"json/plain".to_vec())].into(),
-        data: WORKFLOW_SECONDS.to_string().into_bytes(),
-        ..Default::default()
-    };
-    svc.start_workflow_execution(tonic::Request::new(StartWorkflowExecutionRequest {
-        namespace: namespace.to_string(),
-        workflow_id: id.to_string(),
-        request_id: id.to_string(),
-        workflow_type: Some(WorkflowType {
-            name: "Sleep".into(),
-        }),
-        task_queue: Some(TaskQueue {
-            name: NAME.into(),
-            ..Default::default()
-        }),
-        input: Some(Payloads {
-            payloads: vec![payload],
-        }),
-        identity: "twc-demo".into(),
-        ..Default::default()
-    }))
-    .await
-    .with_context(|| format!("starting workflow {id}"))?;
-    Ok(())
 }
