@@ -151,15 +151,6 @@ pub async fn prepare(
     (handle, fut)
 }
 
-/// Runs the controller until `shutdown` resolves.
-pub async fn run(client: Client, config: Config, shutdown: impl Future<Output = ()> + Send) {
-    let (_, fut) = prepare(client, config).await;
-    tokio::select! {
-        _ = fut => {}
-        _ = shutdown => {}
-    }
-}
-
 struct Senders {
     wd: HashMap<Scope, UnboundedSender<ObjectRef<WorkerDeployment>>>,
     connection: HashMap<Scope, UnboundedSender<ObjectRef<Connection>>>,

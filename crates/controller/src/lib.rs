@@ -17,4 +17,5 @@ pub mod target;
 pub mod temporal;
 pub mod wrt;
 
-pub use controller::{Config, run};
+pub use controller::Config;
+pub use manager::run;
