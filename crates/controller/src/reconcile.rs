@@ -618,16 +618,31 @@ async fn write_status(
     if *previous == status {
         return Ok(());
     }
-    let api: Api<WorkerDeployment> =
-        Api::namespaced(client.clone(), &wd.namespace().unwrap_or_default());
+    apply_status(client, wd, &status).await
+}
+
+/// Writes the whole `status` of a namespaced object of ours with server-side apply (our field
+/// manager owns it all); an object deleted meanwhile is fine.
+pub(crate) async fn apply_status<K>(
+    client: &Client,
+    obj: &K,
+    status: &impl serde::Serialize,
+) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default());
     let body = json!({
         "apiVersion": API_VERSION,
-        "kind": "WorkerDeployment",
+        "kind": K::kind(&()),
         "status": status,
     });
     match api
         .patch_status(
-            &wd.name_any(),
+            &obj.name_any(),
             &PatchParams::apply(MANAGER).force(),
             &Patch::Apply(&body),
         )

@@ -17,7 +17,7 @@ use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 use twc_api::conditions::READY;
-use twc_api::{API_VERSION, WorkerDeployment, WorkerResourceTemplate};
+use twc_api::{WorkerDeployment, WorkerResourceTemplate};
 
 use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
 use super::render;
@@ -310,23 +310,5 @@ async fn write_status(
     wrt: &WorkerResourceTemplate,
     status: &twc_api::WorkerResourceTemplateStatus,
 ) -> Result<()> {
-    let api: Api<WorkerResourceTemplate> =
-        Api::namespaced(client.clone(), &wrt.namespace().unwrap_or_default());
-    let body = json!({
-        "apiVersion": API_VERSION,
-        "kind": "WorkerResourceTemplate",
-        "status": status,
-    });
-    match api
-        .patch_status(
-            &wrt.name_any(),
-            &PatchParams::apply(MANAGER).force(),
-            &Patch::Apply(&body),
-        )
-        .await
-    {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
-        Err(e) => Err(e.into()),
-    }
+    crate::reconcile::apply_status(client, wrt, status).await
 }
