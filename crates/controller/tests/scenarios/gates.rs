@@ -30,7 +30,7 @@ use twc_api::VersionStatus::{self, Current, Drained, Ramping};
 use twc_api::{TaskQueue, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 use twc_controller::temporal::gates::gate_workflow_id;
 use twc_testenv::temporal::FAST_DRAINAGE;
-use twc_testenv::{TemporalOptions, TemporalServer};
+use twc_testenv::{TemporalOptions, TemporalServer, wait_for};
 
 use crate::common::{self, World, from_json};
 use crate::harness::*;
@@ -165,20 +165,31 @@ impl Scenario {
     }
 
     /// When the routing last changed: (current version changed, ramping version changed).
+    /// Retried: the worker deployment refuses reads while busy (`ResourceExhausted`).
     async fn routing_changed(&self) -> (SystemTime, SystemTime) {
-        let info = self
-            .temporal
-            .workflow_service()
-            .describe_worker_deployment(tonic::Request::new(DescribeWorkerDeploymentRequest {
-                namespace: self.temporal_ns.clone(),
-                deployment_name: self.deployment_name.clone(),
-            }))
-            .await
-            .unwrap_or_else(|e| panic!("DescribeWorkerDeployment: {e}"))
-            .into_inner()
-            .worker_deployment_info
-            .and_then(|i| i.routing_config)
-            .unwrap_or_default();
+        let info = wait_for(
+            &format!("{}: DescribeWorkerDeployment", self.deployment_name),
+            WAIT,
+            || async {
+                tokio::time::sleep(Duration::from_millis(400)).await;
+                self.temporal
+                    .workflow_service()
+                    .describe_worker_deployment(tonic::Request::new(
+                        DescribeWorkerDeploymentRequest {
+                            namespace: self.temporal_ns.clone(),
+                            deployment_name: self.deployment_name.clone(),
+                        },
+                    ))
+                    .await
+                    .map_err(|e| e.to_string())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .into_inner()
+        .worker_deployment_info
+        .and_then(|i| i.routing_config)
+        .unwrap_or_default();
         let at = |t: Option<prost_wkt_types::Timestamp>| {
             t.map(|t| SystemTime::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos as u32))
                 .unwrap_or(SystemTime::UNIX_EPOCH)
