@@ -329,6 +329,7 @@ async fn run_controllers(
         recorder,
         intervals: config.intervals,
         limits: config.limits,
+        throttled: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),

@@ -44,11 +44,6 @@ pub enum Error {
     #[error("the routing changed concurrently ({0}); re-reading")]
     Conflict(String),
 
-    /// Temporal's worker deployment is still busy with a previous change (`ResourceExhausted`
-    /// "too many requests issued to Worker Deployment"): retried at the next fast poll.
-    #[error("Temporal is still applying a previous change ({0}); retrying")]
-    Busy(String),
-
     /// A Kubernetes API call failed.
     #[error("kubernetes: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
@@ -65,10 +60,9 @@ impl Error {
             Error::InvalidSpec(_) => reason::INVALID_SPEC,
             Error::PlanGenerationFailed(_) => reason::PLAN_GENERATION_FAILED,
             Error::RateLimited(reason, _) => reason,
-            Error::PlanExecutionFailed(_)
-            | Error::Conflict(_)
-            | Error::Busy(_)
-            | Error::Kube(_) => reason::PLAN_EXECUTION_FAILED,
+            Error::PlanExecutionFailed(_) | Error::Conflict(_) | Error::Kube(_) => {
+                reason::PLAN_EXECUTION_FAILED
+            }
         }
     }
 
@@ -90,9 +84,6 @@ impl Error {
     pub fn temporal(status: &tonic::Status, what: String, other: fn(String) -> Error) -> Error {
         let reason = other(String::new()).reason();
         match status.code() {
-            tonic::Code::ResourceExhausted if status.message().contains("Worker Deployment") => {
-                Error::Busy(what)
-            }
             tonic::Code::ResourceExhausted => Error::RateLimited(reason, what),
             tonic::Code::FailedPrecondition
                 if status.message().contains("conflict token mismatch") =>
@@ -103,19 +94,32 @@ impl Error {
         }
     }
 
-    /// Worth a Warning event (a concurrent change, or Temporal finishing one, is not).
-    pub fn is_warning(&self) -> bool {
-        !matches!(self, Error::Conflict(_) | Error::Busy(_))
+    /// Worth a condition and a Warning event. `repeats` counts the consecutive reconciles of
+    /// this object that were rate limited, this one included: Temporal answers
+    /// `ResourceExhausted` ("too many requests issued to Worker Deployment") also for a moment
+    /// right after a routing change, so the first [`QUIET_RATE_LIMITS`] are retried quietly.
+    /// A concurrent change is never worth one.
+    pub fn is_warning(&self, repeats: u32) -> bool {
+        match self {
+            Error::Conflict(_) => false,
+            Error::RateLimited(..) => repeats > QUIET_RATE_LIMITS,
+            _ => true,
+        }
     }
 
-    /// When to try again: at the fast poll after a conflict; after the steady poll when
-    /// waiting for the user; after a jittered half-minute or more when rate limited; else
-    /// after five fast polls.
-    pub fn retry_after(&self, intervals: &crate::reconcile::Intervals) -> std::time::Duration {
+    /// When to try again: at the fast poll after a conflict or a first rate limit; after a
+    /// jittered half-minute or more when rate limiting persists; after the steady poll when
+    /// waiting for the user; else after five fast polls.
+    pub fn retry_after(
+        &self,
+        intervals: &crate::reconcile::Intervals,
+        repeats: u32,
+    ) -> std::time::Duration {
         use std::time::Duration;
         let (fast, steady) = (intervals.moving, intervals.steady);
         match self {
-            Error::Conflict(_) | Error::Busy(_) => fast,
+            Error::Conflict(_) => fast,
+            Error::RateLimited(..) if repeats <= QUIET_RATE_LIMITS => fast,
             Error::RateLimited(..) => {
                 let jitter = std::time::SystemTime::now()
                     .duration_since(std::time::UNIX_EPOCH)
@@ -128,6 +132,9 @@ impl Error {
         }
     }
 }
+
+/// Consecutive rate-limited reconciles retried quickly and quietly before it is reported.
+pub const QUIET_RATE_LIMITS: u32 = 2;
 
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
@@ -147,7 +154,9 @@ mod tests {
 
     #[test]
     fn temporal_errors_are_classified_into_states() {
-        let limited = tonic::Status::resource_exhausted("namespace rate limit exceeded");
+        let limited = tonic::Status::resource_exhausted(
+            "too many requests issued to Worker Deployment 'a/b'. Please try again later",
+        );
         let e = Error::temporal(
             &limited,
             "DescribeWorkerDeployment a/b".into(),
@@ -159,7 +168,14 @@ mod tests {
             moving: Duration::from_secs(2),
             steady: Duration::from_secs(60),
         };
-        let wait = e.retry_after(&intervals);
+        // Right after a routing change this is Temporal catching up: quick and quiet, twice.
+        for repeats in 1..=QUIET_RATE_LIMITS {
+            assert!(!e.is_warning(repeats));
+            assert_eq!(e.retry_after(&intervals, repeats), Duration::from_secs(2));
+        }
+        // Then it is a rate limit: reported, and backed off.
+        assert!(e.is_warning(QUIET_RATE_LIMITS + 1));
+        let wait = e.retry_after(&intervals, QUIET_RATE_LIMITS + 1);
         assert!(
             wait >= Duration::from_secs(30) && wait < Duration::from_secs(46),
             "{wait:?}"
@@ -172,19 +188,8 @@ mod tests {
             Error::PlanExecutionFailed,
         );
         assert!(matches!(e, Error::Conflict(_)));
-        assert!(!e.is_warning());
-        assert_eq!(e.retry_after(&intervals), Duration::from_secs(2));
-
-        let busy = tonic::Status::resource_exhausted(
-            "too many requests issued to Worker Deployment; please retry",
-        );
-        let e = Error::temporal(
-            &busy,
-            "DescribeWorkerDeployment".into(),
-            Error::TemporalStateFetchFailed,
-        );
-        assert!(matches!(e, Error::Busy(_)) && !e.is_warning());
-        assert_eq!(e.retry_after(&intervals), Duration::from_secs(2));
+        assert!(!e.is_warning(0));
+        assert_eq!(e.retry_after(&intervals, 0), Duration::from_secs(2));
 
         let refused = tonic::Status::failed_precondition("ManagerIdentity 'x' is set");
         let e = Error::temporal(
@@ -194,9 +199,9 @@ mod tests {
         );
         assert_eq!(e.reason(), reason::PLAN_EXECUTION_FAILED);
         assert!(
-            e.is_warning() && e.to_string().contains("ManagerIdentity"),
+            e.is_warning(0) && e.to_string().contains("ManagerIdentity"),
             "{e}"
         );
-        assert_eq!(e.retry_after(&intervals), Duration::from_secs(10));
+        assert_eq!(e.retry_after(&intervals, 0), Duration::from_secs(10));
     }
 }

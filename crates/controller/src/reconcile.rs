@@ -55,11 +55,29 @@ pub struct Context {
     pub recorder: Recorder,
     pub intervals: Intervals,
     pub limits: plan::Limits,
+    /// Consecutive rate-limited reconciles per WorkerDeployment (`namespace/name`).
+    pub throttled: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
 
 impl Context {
     fn identity(&self) -> &str {
         self.pool.identity()
+    }
+
+    /// Counts consecutive rate-limited reconciles of `wd` (reset by any other outcome).
+    fn throttled(&self, wd: &WorkerDeployment, limited: bool) -> u32 {
+        let key = format!("{}/{}", wd.namespace().unwrap_or_default(), wd.name_any());
+        let Ok(mut counts) = self.throttled.lock() else {
+            return u32::MAX;
+        };
+        if limited {
+            let n = counts.entry(key).or_default();
+            *n = n.saturating_add(1);
+            *n
+        } else {
+            counts.remove(&key);
+            0
+        }
     }
 
     pub(crate) async fn event(
@@ -139,6 +157,7 @@ async fn reconcile_worker_deployment(
     let now = SystemTime::now();
     let generation = wd.metadata.generation;
     let previous = wd.status.clone().unwrap_or_default();
+    let repeats = ctx.throttled(&wd, matches!(result, Err(Error::RateLimited(..))));
     let (mut new_status, action) = match &result {
         Ok(outcome) => {
             let mut s = outcome.status.clone();
@@ -158,8 +177,9 @@ async fn reconcile_worker_deployment(
         }
         Err(e) => {
             let mut s = previous.clone();
-            // A concurrent routing change is re-read at once; the conditions stay as they were.
-            let types = if e.is_warning() {
+            // A concurrent routing change, or Temporal catching up, is re-read at once; the
+            // conditions stay as they were.
+            let types = if e.is_warning(repeats) {
                 [READY, PROGRESSING].as_slice()
             } else {
                 &[]
@@ -175,7 +195,7 @@ async fn reconcile_worker_deployment(
                     now,
                 );
             }
-            (s, Action::requeue(e.retry_after(&ctx.intervals)))
+            (s, Action::requeue(e.retry_after(&ctx.intervals, repeats)))
         }
     };
     new_status.observed_generation = generation;
@@ -189,12 +209,12 @@ async fn reconcile_worker_deployment(
             .conditions
             .iter()
             .any(|c| c.type_ == READY && c.reason == e.reason() && c.message == e.to_string());
-        if !already && e.is_warning() {
+        if !already && e.is_warning(repeats) {
             ctx.event(&wd, EventType::Warning, e.reason(), e.to_string())
                 .await;
         }
         let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
-        if e.is_warning() {
+        if e.is_warning(repeats) {
             tracing::warn!(namespace = ns, name, reason = e.reason(), "{e}");
         } else {
             tracing::debug!(namespace = ns, name, "{e}");

@@ -133,4 +133,5 @@ scenarios! {
     conditions_missing_connection => conditions::conditions_missing_connection,
     conditions_client_creation_failed => conditions::conditions_client_creation_failed,
     conditions_temporal_state_fetch_failed => conditions::conditions_temporal_state_fetch_failed,
+    rate_limit_burst_surfaces_error => conditions::rate_limit_burst_surfaces_error,
 }

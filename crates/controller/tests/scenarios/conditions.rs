@@ -65,3 +65,86 @@ pub async fn conditions_temporal_state_fetch_failed(w: &'static World) {
     assert!(message.contains("does-not-exist"), "{message}");
     s.wait_warning(TEMPORAL_STATE_FETCH_FAILED).await;
 }
+
+/// A third dev server, for this binary only, that allows one worker-deployment read per
+/// second and namespace (TWC's `tsRateLimit`). Started on first use.
+async fn rate_limited_server() -> &'static twc_testenv::TemporalServer {
+    static SERVER: tokio::sync::OnceCell<twc_testenv::TemporalServer> =
+        tokio::sync::OnceCell::const_new();
+    SERVER
+        .get_or_init(|| async {
+            let mut opts = twc_testenv::TemporalOptions::default();
+            opts.dynamic_config.push((
+                "frontend.globalNamespaceWorkerDeploymentReadRPS".into(),
+                "1".into(),
+            ));
+            opts.namespace_pool = 5;
+            let dir = twc_testenv::paths::log_dir().join("temporal-rate-limited");
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+            twc_testenv::TemporalServer::start(&opts, &dir)
+                .await
+                .unwrap_or_else(|e| panic!("the rate-limited dev server: {e}"))
+        })
+        .await
+}
+
+/// `rate-limit-burst-surfaces-error`: WorkerDeployments read one Temporal namespace limited
+/// to one read per second; at least one says so, with TWC's reason and "Rate limited". Ours
+/// also backs off (30 s or more) instead of retrying into the limit, so the condition stays.
+/// Five instead of TWC's ten (each runs a worker: the limit applies to deployments that exist,
+/// a `NotFound` read is not limited), already five times the limit at the fast poll.
+pub async fn rate_limit_burst_surfaces_error(w: &'static World) {
+    let server = rate_limited_server().await;
+    let mut scenarios = Vec::new();
+    let mut shared_ns: Option<String> = None;
+    for i in 0..5 {
+        let mut s = Scenario::on(w, server, &format!("rate-limit-{i}")).await;
+        let temporal_ns = shared_ns
+            .get_or_insert_with(|| s.temporal_ns.clone())
+            .clone();
+        s.temporal_ns = temporal_ns.clone();
+        let mut spec = s.spec(all_at_once(), &image("v1"));
+        spec["workerOptions"]["temporalNamespace"] = json!(temporal_ns);
+        s.create(spec).await;
+        scenarios.push(s);
+    }
+    for s in &scenarios {
+        s.connect().await;
+    }
+    let limited = twc_testenv::wait_for(
+        "a WorkerDeployment reporting the rate limit",
+        std::time::Duration::from_secs(60),
+        || {
+            let scenarios = &scenarios;
+            async move {
+                for s in scenarios {
+                    let wd = s.get().await;
+                    if let Some((status, reason, message)) =
+                        crate::common::condition(&wd, PROGRESSING)
+                        && status == "False"
+                        && reason == TEMPORAL_STATE_FETCH_FAILED
+                        && message.contains("Rate limited")
+                    {
+                        return Ok(message);
+                    }
+                }
+                let mut seen = Vec::new();
+                for s in scenarios {
+                    seen.push(format!(
+                        "{:?}",
+                        crate::common::condition(&s.get().await, PROGRESSING)
+                    ));
+                }
+                Err(format!("conditions: {seen:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| {
+        panic!(
+            "{e}\ncontroller log:\n{}",
+            crate::common::logs_about(&scenarios[0].ns)
+        )
+    });
+    assert!(limited.contains("ResourceExhausted"), "{limited}");
+}
