@@ -52,6 +52,10 @@ struct RunArgs {
         default_value_t = 75
     )]
     max_undeletable_versions: usize,
+    /// Routing back to a version that was current within this many seconds is a rollback:
+    /// promoted at once, without ramp steps or gate.
+    #[arg(long, env = "ROLLBACK_WINDOW_SECONDS", default_value_t = 3600)]
+    rollback_window_seconds: u64,
     /// Kinds a WorkerResourceTemplate may render (comma-separated, case-insensitive). The
     /// controller also needs RBAC to create, patch and delete each; the generated RBAC covers
     /// the default.
@@ -139,6 +143,7 @@ fn main() -> anyhow::Result<()> {
                 fast_poll_seconds,
                 steady_poll_seconds,
                 max_undeletable_versions,
+                rollback_window_seconds,
                 wrt_allowed_kinds,
                 metrics_bind_address,
                 health_probe_bind_address,
@@ -171,6 +176,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     limits: twc_controller::plan::Limits {
                         max_undeletable_versions,
+                        rollback_window: Duration::from_secs(rollback_window_seconds),
                     },
                     wrt_allowed_kinds,
                     ..Default::default()

@@ -266,3 +266,28 @@ pub async fn start_workflow(
         .map(|_| ())
         .map_err(|e| Error::Temporal(format!("start workflow {id}: {}", e.message())))
 }
+
+/// The status of the latest run of workflow `id` (`Running`, `Completed`, `Failed`, ...).
+pub async fn workflow_status(
+    conn: &Connection,
+    namespace: &str,
+    id: &str,
+) -> Result<String, Error> {
+    use temporalio_common::protos::temporal::api::common::v1::WorkflowExecution;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkflowExecutionRequest;
+    let info = conn
+        .workflow_service()
+        .describe_workflow_execution(tonic::Request::new(DescribeWorkflowExecutionRequest {
+            namespace: namespace.to_string(),
+            execution: Some(WorkflowExecution {
+                workflow_id: id.to_string(),
+                ..Default::default()
+            }),
+        }))
+        .await
+        .map_err(|e| Error::Temporal(format!("describe workflow {id}: {}", e.message())))?
+        .into_inner()
+        .workflow_execution_info
+        .unwrap_or_default();
+    Ok(format!("{:?}", info.status()))
+}

@@ -17,7 +17,8 @@ use twc_api::{
 use crate::temporal::DeploymentState;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 
-/// A version that was current this recently is restored at once (no ramp, no gate).
+/// By default, a version that was current this recently is restored at once (no ramp, no
+/// gate): [`Limits::rollback_window`].
 pub const ROLLBACK_WINDOW: Duration = Duration::from_secs(3600);
 
 /// A versioned Deployment as observed in the watch cache.
@@ -152,12 +153,16 @@ pub struct Limits {
     /// at most `matching.maxVersionsInDeployment` (100) versions and only deletes drained ones
     /// without pollers, so a new version would never register. Default 75, as TWC.
     pub max_undeletable_versions: usize,
+    /// Routing back to a version that was current within this window is a rollback: at once,
+    /// without steps or gate. Default 1 h, as TWC.
+    pub rollback_window: Duration,
 }
 
 impl Default for Limits {
     fn default() -> Self {
         Self {
             max_undeletable_versions: 75,
+            rollback_window: ROLLBACK_WINDOW,
         }
     }
 }
@@ -337,8 +342,9 @@ pub fn plan_with(
     plan.delete_versions.sort();
     plan.delete_versions.dedup();
 
-    plan.start_gates = gate_starts(wd, &target, observed, now);
-    plan.routing = routing(wd, &target, identity, observed, now, &mut plan);
+    let window = limits.rollback_window;
+    plan.start_gates = gate_starts(wd, &target, observed, now, window);
+    plan.routing = routing(wd, &target, identity, observed, (now, window), &mut plan);
     plan.claim_manager = plan.routing.is_some() && state.manager_identity.is_empty();
     // Waiting for pollers of a target scaled to zero would wait forever: that is not motion.
     let target_scaled_to_zero =
@@ -355,11 +361,12 @@ fn gate_starts(
     target: &str,
     observed: &Observed,
     now: SystemTime,
+    window: Duration,
 ) -> Vec<GateStart> {
     let state = &observed.temporal;
     if wd.spec.rollout.gate.is_none()
         || !needs(wd, target, state).gates
-        || is_rollback(state, target, now)
+        || is_rollback(state, target, now, window)
     {
         return Vec::new();
     }
@@ -399,7 +406,7 @@ fn routing(
     target: &str,
     identity: &str,
     observed: &Observed,
-    now: SystemTime,
+    (now, window): (SystemTime, Duration),
     plan: &mut Plan,
 ) -> Option<Routing> {
     let state = &observed.temporal;
@@ -429,7 +436,7 @@ fn routing(
             .ramping_build_id
             .is_some()
             .then_some(Routing::ClearRamp)
-    } else if is_rollback(state, target, now) {
+    } else if is_rollback(state, target, now, window) {
         // Back to a version that was current recently: at once, without a gate.
         Some(Routing::SetCurrent(target.to_string()))
     } else {
@@ -476,14 +483,14 @@ fn routing(
     change
 }
 
-/// Whether routing to `target` is a rollback: it was current within [`ROLLBACK_WINDOW`].
-fn is_rollback(state: &DeploymentState, target: &str, now: SystemTime) -> bool {
+/// Whether routing to `target` is a rollback: it was current within `window`.
+fn is_rollback(state: &DeploymentState, target: &str, now: SystemTime, window: Duration) -> bool {
     state.current_build_id.as_deref() != Some(target)
         && state
             .versions
             .get(target)
             .and_then(|v| v.last_current_at)
-            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < ROLLBACK_WINDOW)
+            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < window)
 }
 
 enum Gate {

@@ -240,6 +240,15 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
+    // The window is configurable: with 5 minutes, 10 minutes ago is no rollback.
+    let short = Limits {
+        rollback_window: Duration::from_secs(300),
+        ..Default::default()
+    };
+    assert_eq!(
+        plan_with(&wd, &conn(), ME, &o, &short).routing,
+        Some(Routing::SetRamp(target.clone(), 10.0))
+    );
     // Two hours ago is no rollback: ramp.
     if let Some(v) = o.temporal.versions.get_mut(&target) {
         v.last_current_at = Some(t(10_000 - 7200));
@@ -394,6 +403,7 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
         .insert("v1".into(), deployment(&wd, "v1", Some(1)));
     let limits = Limits {
         max_undeletable_versions: 4,
+        ..Default::default()
     };
     let p = plan_with(&wd, &conn(), ME, &o, &limits);
     assert!(p.apply.is_empty(), "must not create the new version");

@@ -1,0 +1,139 @@
+//! The rollout a user cares about most, end to end with real workers: Progressive v1 -> v2
+//! while a workflow pinned to v1 runs. v1 keeps its workers while Draining, becomes Drained when
+//! the workflow completes, is scaled to zero after `scaledownDelay` and deleted, from
+//! Kubernetes and from Temporal, after `deleteDelay`.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use twc_api::{VersionStatus, WorkerDeployment};
+
+const WAIT: Duration = Duration::from_secs(120);
+const PINNED_SECONDS: u64 = 60;
+
+fn deprecated(wd: &WorkerDeployment, build: &str) -> Option<VersionStatus> {
+    wd.status
+        .iter()
+        .flat_map(|s| &s.deprecated_versions)
+        .find(|d| d.base.build_id == build)
+        .map(|d| d.base.status)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progressive_rollout_keeps_a_pinned_version_until_its_workflow_ends() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.tenant("progressive").await;
+    let cc = format!("progressive-{ns}");
+    w.cluster_connection(&cc).await;
+    let wd = w.worker_deployment(&ns, "w", cluster_ref(&cc), "v1").await;
+    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
+    let wd = wait_wd(&client, &ns, "w", "v1 current", WAIT, rolled_out).await;
+    let v1 = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
+
+    let temporal = w.env.temporal.connect().await?;
+    let seconds = PINNED_SECONDS.to_string();
+    twc_testenv::temporal::start_workflow(
+        &temporal,
+        &temporal_ns,
+        "w",
+        "Sleep",
+        "pinned",
+        Some(&seconds),
+    )
+    .await?;
+    let started = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    let wds: Api<WorkerDeployment> = Api::namespaced(client.clone(), &ns);
+    wds.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {
+            "rollout": {"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]},
+            "sunset": {"scaledownDelay": "1s", "deleteDelay": "1s"},
+            "template": {"spec": {"containers": [{
+                "name": "worker",
+                "image": format!("{WORKER_IMAGE}:v2"),
+                "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
+            }]}}
+        }})),
+    )
+    .await?;
+    let ramping = wait_wd(&client, &ns, "w", "v2 ramping at 50%", WAIT, |wd| {
+        wd.status
+            .as_ref()
+            .and_then(|s| s.target_version.as_ref())
+            .is_some_and(|t| {
+                t.base.status == VersionStatus::Ramping && t.ramp_percentage == Some(50.0)
+            })
+    })
+    .await;
+    let v2 = ramping
+        .status
+        .and_then(|s| s.target_version)
+        .map(|t| t.base.build_id)
+        .unwrap_or_default();
+    assert_ne!(v1, v2);
+
+    // After the 30 s pause v2 is current; the pinned workflow still runs, so v1 drains with its
+    // workers up.
+    let promoted = wait_wd(&client, &ns, "w", "v2 current", WAIT, rolled_out).await;
+    assert!(
+        started.elapsed() < Duration::from_secs(PINNED_SECONDS),
+        "the workflow ended before the promotion; the test proves nothing"
+    );
+    assert_eq!(
+        deprecated(&promoted, &v1),
+        Some(VersionStatus::Draining),
+        "{:?}",
+        promoted.status
+    );
+    let v1_deployment = twc_controller::plan::build_id::deployment_name("w", &v1);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let replicas = deployments
+        .get(&v1_deployment)
+        .await?
+        .spec
+        .and_then(|s| s.replicas);
+    assert_eq!(replicas, Some(1), "a draining version keeps its workers");
+
+    // The workflow ends; v1 is drained, scaled down and deleted, in Kubernetes and Temporal.
+    wait_wd(&client, &ns, "w", "v1 gone from the status", WAIT, |wd| {
+        rolled_out(wd) && deprecated(wd, &v1).is_none()
+    })
+    .await;
+    assert!(
+        started.elapsed() >= Duration::from_secs(PINNED_SECONDS),
+        "v1 went before its pinned workflow could finish"
+    );
+    assert!(deployments.get_opt(&v1_deployment).await?.is_none());
+    let deployment_name = twc_controller::plan::build_id::temporal_deployment_name(&ns, "w");
+    twc_testenv::wait_for("v1 deleted from Temporal", WAIT, || {
+        let (temporal, temporal_ns, deployment_name, v1) =
+            (&temporal, &temporal_ns, &deployment_name, &v1);
+        async move {
+            let state = twc_controller::temporal::describe(temporal, temporal_ns, deployment_name)
+                .await
+                .map_err(|e| e.to_string())?;
+            if state.versions.contains_key(v1) {
+                Err(format!("versions: {:?}", state.versions.keys()))
+            } else {
+                Ok(())
+            }
+        }
+    })
+    .await?;
+    let status = twc_testenv::temporal::workflow_status(&temporal, &temporal_ns, "pinned").await?;
+    assert_eq!(status, "Completed", "the pinned workflow finished on v1");
+    Ok(())
+}
