@@ -29,7 +29,6 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
 use twc_api::VersionStatus::{self, Current, Drained, Ramping};
 use twc_api::{TaskQueue, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 use twc_controller::temporal::gates::gate_workflow_id;
-use twc_testenv::temporal::FAST_DRAINAGE;
 use twc_testenv::{TemporalOptions, TemporalServer, wait_for};
 
 use crate::common::{self, World, from_json};
@@ -48,14 +47,10 @@ async fn poller_ttl_server() -> &'static TemporalServer {
     static SERVER: tokio::sync::OnceCell<TemporalServer> = tokio::sync::OnceCell::const_new();
     SERVER
         .get_or_init(|| async {
-            let opts = TemporalOptions {
-                dynamic_config: FAST_DRAINAGE
-                    .iter()
-                    .filter(|(k, _)| *k != "matching.PollerHistoryTTL")
-                    .map(|(k, v)| (k.to_string(), v.to_string()))
-                    .collect(),
-                namespace_pool: 2,
-            };
+            let mut opts = TemporalOptions::default();
+            opts.dynamic_config
+                .retain(|(k, _)| k != "matching.PollerHistoryTTL");
+            opts.namespace_pool = 2;
             let dir = twc_testenv::paths::log_dir().join("temporal-poller-ttl");
             std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
             TemporalServer::start(&opts, &dir)
