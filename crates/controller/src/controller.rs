@@ -329,6 +329,7 @@ async fn run_controllers(
         recorder,
         intervals: config.intervals,
         limits: config.limits,
+        queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
         throttled: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
@@ -412,6 +413,17 @@ async fn run_controllers(
         let (wrt_tx, wrt_rx) = unbounded_channel();
         let wrt_triggers = crate::wrt::Triggers::new(wrt_reader.clone(), wrt_tx);
 
+        // WorkerDeployments triggered count in the queue-depth metric while they exist.
+        let (wd_reader, wd_writer) = reflector::store::<WorkerDeployment>();
+        let queue = {
+            let (queue, wds) = (ctx.queue.clone(), wd_reader.clone());
+            move |ns: &str, name: &str| {
+                if wds.get(&ObjectRef::new(name).within(ns)).is_some() {
+                    queue.queued(format!("{ns}/{name}"));
+                }
+            }
+        };
+
         // Versioned Deployments (only ours, by label).
         let t = wrt_triggers.clone();
         let deployments = watcher::watcher(
@@ -422,11 +434,22 @@ async fn run_controllers(
         .reflect(dep_writers.remove(0))
         .inspect_ok(move |ev| t.deployment(ev))
         .touched_objects()
-        .predicate_filter(deployment_predicate, Default::default());
+        .predicate_filter(deployment_predicate, Default::default())
+        .inspect_ok({
+            let queue = ctx.queue.clone();
+            move |d: &Deployment| {
+                let owner = d
+                    .owner_references()
+                    .iter()
+                    .find(|o| o.controller == Some(true) && o.kind == "WorkerDeployment");
+                if let Some(o) = owner {
+                    queue.queued(format!("{}/{}", d.namespace().unwrap_or_default(), o.name));
+                }
+            }
+        });
 
         // WorkerDeployments: the index sees every event first.
         let (s, idx, sc) = (senders.clone(), index.clone(), scope.clone());
-        let (wd_reader, wd_writer) = reflector::store();
         let wds = watcher::watcher(
             api::<WorkerDeployment>(&client, scope),
             watcher::Config::default(),
@@ -438,9 +461,22 @@ async fn run_controllers(
             }
         })
         .reflect(wd_writer)
-        .inspect_ok(move |ev| wrt_triggers.worker_deployment(ev))
+        .inspect_ok({
+            let queue = ctx.queue.clone();
+            move |ev| {
+                wrt_triggers.worker_deployment(ev);
+                if let Event::Delete(wd) = ev {
+                    // Gone before its reconcile: no longer waiting.
+                    queue.started(&key_of(wd));
+                }
+            }
+        })
         .touched_objects()
-        .predicate_filter(wd_predicate, Default::default());
+        .predicate_filter(wd_predicate, Default::default())
+        .inspect_ok({
+            let queue = queue.clone();
+            move |wd: &WorkerDeployment| queue(&wd.namespace().unwrap_or_default(), &wd.name_any())
+        });
         let wrt_ctx = Arc::new(crate::wrt::Context {
             client: client.clone(),
             worker_deployments: wd_reader.clone(),
@@ -454,7 +490,11 @@ async fn run_controllers(
             .owns_stream(deployments)
             .with_config(ctrl_config.clone());
         if let Some(rx) = wd_rx.remove(scope) {
-            wd_controller = wd_controller.reconcile_on(UnboundedReceiverStream::new(rx));
+            wd_controller = wd_controller.reconcile_on(UnboundedReceiverStream::new(rx).inspect(
+                move |r: &ObjectRef<WorkerDeployment>| {
+                    queue(r.namespace.as_deref().unwrap_or_default(), &r.name)
+                },
+            ));
         }
         tasks.push(Box::pin(
             wd_controller

@@ -96,6 +96,7 @@ pub struct Metrics {
     versions: Family<VersionLabels, Gauge>,
     ramp: Family<WorkerDeploymentLabels, Gauge<f64, AtomicU64>>,
     leader: Gauge,
+    queue_depth: Family<ControllerLabels, Gauge>,
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -119,6 +120,7 @@ impl Metrics {
             versions: Family::default(),
             ramp: Family::default(),
             leader: Gauge::default(),
+            queue_depth: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -170,6 +172,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader-election Lease (or runs without election)",
             m.leader.clone(),
+        );
+        registry.register(
+            "work_queue_depth",
+            "Objects triggered (by a watch event or a dependency) and waiting for their reconcile to start",
+            m.queue_depth.clone(),
         );
         Self { registry, ..m }
     }
@@ -275,6 +282,49 @@ impl Metrics {
     /// Whether this replica leads.
     pub fn set_leader(&self, leading: bool) {
         self.leader.set(i64::from(leading));
+    }
+}
+
+/// The objects of one controller that were triggered and wait for their reconcile: a set, as
+/// kube-runtime's queue merges triggers of the same object, so its size is the queue depth.
+#[derive(Clone)]
+pub struct WorkQueue {
+    controller: &'static str,
+    pending: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+}
+
+impl WorkQueue {
+    pub fn new(controller: &'static str) -> Self {
+        Self {
+            controller,
+            pending: Default::default(),
+        }
+    }
+
+    fn update(&self, change: impl FnOnce(&mut std::collections::HashSet<String>)) {
+        if let Ok(mut pending) = self.pending.lock() {
+            change(&mut pending);
+            global()
+                .queue_depth
+                .get_or_create(&ControllerLabels {
+                    controller: self.controller,
+                })
+                .set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// `namespace/name` was triggered.
+    pub fn queued(&self, key: String) {
+        self.update(|p| {
+            p.insert(key);
+        });
+    }
+
+    /// The reconcile of `namespace/name` starts.
+    pub fn started(&self, key: &str) {
+        self.update(|p| {
+            p.remove(key);
+        });
     }
 }
 

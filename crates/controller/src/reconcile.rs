@@ -55,6 +55,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub intervals: Intervals,
     pub limits: plan::Limits,
+    /// WorkerDeployments triggered and waiting for their reconcile (a metric).
+    pub queue: metrics::WorkQueue,
     /// Consecutive rate-limited reconciles per WorkerDeployment (`namespace/name`).
     pub throttled: std::sync::Mutex<std::collections::HashMap<String, u32>>,
 }
@@ -108,6 +110,11 @@ struct Outcome {
 /// Reconciles one WorkerDeployment.
 /// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.queue.started(&format!(
+        "{}/{}",
+        wd.namespace().unwrap_or_default(),
+        wd.name_any()
+    ));
     metrics::counted(
         CONTROLLER,
         reconcile_worker_deployment(wd, ctx),

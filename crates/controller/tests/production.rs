@@ -225,6 +225,16 @@ async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResul
         .is_some_and(|n| n > 0.0)
     );
 
+    // Nothing waits for a reconcile once things settle (the queue gauge does not leak).
+    wait_for("an empty work queue", Duration::from_secs(30), || async {
+        let m = replicas[leader].metrics().await;
+        match sample(&m, "twc_work_queue_depth{controller=\"WorkerDeployment\"}") {
+            Some(0.0) => Ok(()),
+            other => Err(format!("depth {other:?}")),
+        }
+    })
+    .await?;
+
     // A Progressive rollout to v2; kill the leader while v2 ramps.
     Api::<WorkerDeployment>::namespaced(admin.clone(), &ns)
         .patch(
