@@ -89,16 +89,7 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &wd.object_ref(&())).await {
-            tracing::debug!("cannot publish event: {e}");
-        }
+        publish(&self.recorder, wd, type_, reason, note).await;
     }
 }
 
@@ -108,6 +99,27 @@ struct Outcome {
 }
 
 /// Reconciles one WorkerDeployment.
+/// Publishes an event about `obj` (a failure to publish is only logged: events are for
+/// people, never a reason to fail a reconcile).
+pub(crate) async fn publish<K: Resource<DynamicType = ()>>(
+    recorder: &Recorder,
+    obj: &K,
+    type_: EventType,
+    reason: &str,
+    note: String,
+) {
+    let ev = Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
+        tracing::debug!("cannot publish event: {e}");
+    }
+}
+
 /// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
     ctx.queue.started(&format!(

@@ -12,7 +12,7 @@ use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParam
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{Event, EventType, Recorder};
+use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -100,16 +100,7 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        let ev = Event {
-            type_,
-            reason: reason.into(),
-            note: Some(note),
-            action: "Reconcile".into(),
-            secondary: None,
-        };
-        if let Err(e) = self.recorder.publish(&ev, &wrt.object_ref(&())).await {
-            tracing::debug!("cannot publish event: {e}");
-        }
+        crate::reconcile::publish(&self.recorder, wrt, type_, reason, note).await;
     }
 }
 

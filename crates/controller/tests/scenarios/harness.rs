@@ -680,14 +680,18 @@ impl Scenario {
 
     /// Waits for a Warning event with `reason` about the WorkerDeployment.
     pub async fn wait_warning(&self, reason: &str) -> String {
+        self.wait_warning_about("WorkerDeployment", &self.name, reason)
+            .await
+    }
+
+    /// Waits for a Warning event with `reason` about the `kind` object `name` of the namespace.
+    pub async fn wait_warning_about(&self, kind: &str, name: &str, reason: &str) -> String {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
-        let name = self.name.clone();
         wait_for(
-            &format!("{}: Warning event {reason}", self.ns),
+            &format!("{}/{name}: Warning event {reason}", self.ns),
             WAIT,
             || {
                 let api = api.clone();
-                let name = name.clone();
                 async move {
                     let events = api
                         .list(&ListParams::default())
@@ -697,10 +701,11 @@ impl Scenario {
                         .items
                         .iter()
                         .find(|e| {
+                            let regarding = e.regarding.as_ref();
                             e.type_.as_deref() == Some("Warning")
                                 && e.reason.as_deref() == Some(reason)
-                                && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                    == Some(name.as_str())
+                                && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
+                                && regarding.and_then(|r| r.name.as_deref()) == Some(name)
                         })
                         .map(|e| e.note.clone().unwrap_or_default())
                         .ok_or_else(|| {

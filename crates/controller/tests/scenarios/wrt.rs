@@ -7,7 +7,6 @@
 use std::time::Duration;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
-use k8s_openapi::api::events::v1::Event;
 use k8s_openapi::api::policy::v1::PodDisruptionBudget;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::ResourceExt;
@@ -449,30 +448,8 @@ pub async fn wrt_scaletargetref_empty_object_sentinel(w: &'static World) {
 
 /// Waits for a Warning event with `reason` about template `name`.
 async fn wait_wrt_warning(s: &Scenario, name: &str, reason: &str) -> String {
-    let api: Api<Event> = Api::namespaced(s.client.clone(), &s.ns);
-    wait_for(&format!("{}/{name}: Warning {reason}", s.ns), WAIT, || {
-        let api = api.clone();
-        async move {
-            let events = api
-                .list(&ListParams::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            events
-                .items
-                .iter()
-                .find(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some(reason)
-                        && e.regarding.as_ref().and_then(|r| r.kind.as_deref())
-                            == Some("WorkerResourceTemplate")
-                        && e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name)
-                })
-                .map(|e| e.note.clone().unwrap_or_default())
-                .ok_or_else(|| format!("{} events", events.items.len()))
-        }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}"))
+    s.wait_warning_about("WorkerResourceTemplate", name, reason)
+        .await
 }
 
 /// `wrt-apply-failure`: a kind the apiserver does not serve gives the build ID's entry an
