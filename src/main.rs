@@ -170,11 +170,11 @@ fn main() -> anyhow::Result<()> {
                 let config = twc_controller::Config {
                     identity,
                     watch_namespaces,
-                    intervals: twc_controller::reconcile::Intervals {
+                    intervals: twc_controller::config::Intervals {
                         moving: Duration::from_secs(fast_poll_seconds.max(1)),
                         steady: Duration::from_secs(steady_poll_seconds.max(1)),
                     },
-                    limits: twc_controller::plan::Limits {
+                    limits: twc_controller::config::Limits {
                         max_undeletable_versions,
                         rollback_window: Duration::from_secs(rollback_window_seconds),
                     },

@@ -17,8 +17,8 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use twc_api::{ClusterConnection, WorkerDeployment};
+use twc_controller::config::Intervals;
 use twc_controller::controller::{Config, prepare};
-use twc_controller::reconcile::Intervals;
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)

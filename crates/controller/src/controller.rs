@@ -20,17 +20,18 @@ use kube::api::{Api, PartialObjectMeta, PostParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
-use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
-use tokio::sync::mpsc::{UnboundedSender, unbounded_channel};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
 
+use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
-use crate::reconcile::{self, Intervals};
 use crate::scoped::Scoped;
 use crate::temporal::pool::ClientPool;
+use crate::workerdeployment;
 
 /// How the controller runs.
 #[derive(Clone, Debug)]
@@ -46,7 +47,7 @@ pub struct Config {
     /// Reconciles of one kind that may run at once.
     pub concurrency: u16,
     /// Limits the planner respects.
-    pub limits: crate::plan::Limits,
+    pub limits: Limits,
     /// Kinds a WorkerResourceTemplate may render (case-insensitive; empty: none).
     pub wrt_allowed_kinds: Vec<String>,
 }
@@ -256,6 +257,70 @@ fn objects<K: Clone>(event: &Event<K>) -> Vec<K> {
     }
 }
 
+/// The watch caches of one scope (all namespaces, or one), and the channels that trigger its
+/// reconcilers. The writers are taken once, by the watches that feed the caches.
+struct ScopeCaches {
+    scope: Scope,
+    connections: Store<Connection>,
+    deployments: Store<Deployment>,
+    secrets: Store<PartialObjectMeta<Secret>>,
+    templates: Store<twc_api::WorkerResourceTemplate>,
+    wd_tx: UnboundedSender<ObjectRef<WorkerDeployment>>,
+    conn_tx: UnboundedSender<ObjectRef<Connection>>,
+    writers: Option<ScopeWriters>,
+}
+
+/// What the watches of a scope take: the cache writers and the trigger receivers.
+struct ScopeWriters {
+    connections: Writer<Connection>,
+    deployments: Writer<Deployment>,
+    secrets: Writer<PartialObjectMeta<Secret>>,
+    templates: Writer<twc_api::WorkerResourceTemplate>,
+    wd_rx: UnboundedReceiver<ObjectRef<WorkerDeployment>>,
+    conn_rx: UnboundedReceiver<ObjectRef<Connection>>,
+}
+
+impl ScopeCaches {
+    fn new(scope: Scope) -> Self {
+        let (connections, connections_w) = reflector::store();
+        let (deployments, deployments_w) = reflector::store();
+        let (secrets, secrets_w) = reflector::store();
+        let (templates, templates_w) = reflector::store();
+        let (wd_tx, wd_rx) = unbounded_channel();
+        let (conn_tx, conn_rx) = unbounded_channel();
+        Self {
+            scope,
+            connections,
+            deployments,
+            secrets,
+            templates,
+            wd_tx,
+            conn_tx,
+            writers: Some(ScopeWriters {
+                connections: connections_w,
+                deployments: deployments_w,
+                secrets: secrets_w,
+                templates: templates_w,
+                wd_rx,
+                conn_rx,
+            }),
+        }
+    }
+}
+
+/// One kind's stores across every scope.
+fn scoped<K>(caches: &[ScopeCaches], store: impl Fn(&ScopeCaches) -> &Store<K>) -> Scoped<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    Scoped::new(
+        caches
+            .iter()
+            .map(|c| (c.scope.clone(), store(c).clone()))
+            .collect(),
+    )
+}
+
 async fn run_controllers(
     client: Client,
     config: Config,
@@ -264,52 +329,24 @@ async fn run_controllers(
     pool: ClientPool,
     cluster_allowed: bool,
 ) {
-    let mut wd_rx = HashMap::new();
-    let mut conn_rx = HashMap::new();
-    let mut wd_tx = HashMap::new();
-    let mut conn_tx = HashMap::new();
-    for scope in &scopes {
-        let (tx, rx) = unbounded_channel();
-        wd_tx.insert(scope.clone(), tx);
-        wd_rx.insert(scope.clone(), rx);
-        let (tx, rx) = unbounded_channel();
-        conn_tx.insert(scope.clone(), tx);
-        conn_rx.insert(scope.clone(), rx);
-    }
+    // Caches and trigger channels first: the trigger mappers read and feed them.
+    let mut caches: Vec<ScopeCaches> = scopes.iter().cloned().map(ScopeCaches::new).collect();
     let (cc_tx, cc_rx) = unbounded_channel();
     let senders = Arc::new(Senders {
-        wd: wd_tx,
-        connection: conn_tx,
+        wd: caches
+            .iter()
+            .map(|c| (c.scope.clone(), c.wd_tx.clone()))
+            .collect(),
+        connection: caches
+            .iter()
+            .map(|c| (c.scope.clone(), c.conn_tx.clone()))
+            .collect(),
         cluster: cc_tx,
         scopes: scopes.clone(),
     });
-
-    // Caches first: the trigger mappers read them.
-    let mut conn_stores = Vec::new();
-    let mut conn_writers = Vec::new();
-    let mut dep_stores = Vec::new();
-    let mut dep_writers = Vec::new();
-    let mut sec_stores = Vec::new();
-    let mut sec_writers = Vec::new();
-    let mut wrt_stores = Vec::new();
-    let mut wrt_writers = Vec::new();
-    for scope in &scopes {
-        let (r, w) = reflector::store();
-        wrt_stores.push((scope.clone(), r));
-        wrt_writers.push(w);
-        let (r, w) = reflector::store();
-        conn_stores.push((scope.clone(), r));
-        conn_writers.push(w);
-        let (r, w) = reflector::store();
-        dep_stores.push((scope.clone(), r));
-        dep_writers.push(w);
-        let (r, w) = reflector::store();
-        sec_stores.push((scope.clone(), r));
-        sec_writers.push(w);
-    }
     let (cc_reader, cc_writer) = reflector::store::<ClusterConnection>();
     let stores = ConnectionStores {
-        connections: Scoped::new(conn_stores.clone()),
+        connections: scoped(&caches, |c| &c.connections),
         cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
     };
     let recorder = Recorder::new(
@@ -319,13 +356,13 @@ async fn run_controllers(
             instance: None,
         },
     );
-    let ctx = Arc::new(reconcile::Context {
+    let ctx = Arc::new(workerdeployment::Context {
         client: client.clone(),
         pool,
         stores: stores.clone(),
-        deployments: Scoped::new(dep_stores.clone()),
-        secret_meta: Scoped::new(sec_stores.clone()),
-        templates: Scoped::new(wrt_stores.clone()),
+        deployments: scoped(&caches, |c| &c.deployments),
+        secret_meta: scoped(&caches, |c| &c.secrets),
+        templates: scoped(&caches, |c| &c.templates),
         recorder,
         intervals: config.intervals,
         limits: config.limits,
@@ -340,7 +377,11 @@ async fn run_controllers(
     let discovery = crate::wrt::Discovery::default();
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
 
-    for (i, scope) in scopes.iter().enumerate() {
+    for cache in &mut caches {
+        let scope = &cache.scope;
+        let Some(writers) = cache.writers.take() else {
+            continue;
+        };
         // Secrets (metadata only): a change re-queues the WorkerDeployments whose connection
         // names that Secret in that namespace.
         let (s, idx, st) = (senders.clone(), index.clone(), stores.clone());
@@ -349,7 +390,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
-        .reflect(sec_writers.remove(0))
+        .reflect(writers.secrets)
         .inspect_ok(move |ev| {
             for secret in objects(ev) {
                 let ns = secret.namespace().unwrap_or_default();
@@ -379,7 +420,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
-        .reflect(conn_writers.remove(0))
+        .reflect(writers.connections)
         .inspect_ok(move |ev| {
             for c in objects(ev) {
                 let key = ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
@@ -387,15 +428,10 @@ async fn run_controllers(
             }
         })
         .touched_objects();
-        let conn_reader = conn_stores[i].1.clone();
-        let rx = conn_rx.remove(scope).map(UnboundedReceiverStream::new);
-        let mut conn_controller =
-            Controller::for_stream(connections, conn_reader).with_config(ctrl_config.clone());
-        if let Some(rx) = rx {
-            conn_controller = conn_controller.reconcile_on(rx);
-        }
         tasks.push(Box::pin(
-            conn_controller
+            Controller::for_stream(connections, cache.connections.clone())
+                .with_config(ctrl_config.clone())
+                .reconcile_on(UnboundedReceiverStream::new(writers.conn_rx))
                 .run(
                     finalizer::reconcile_connection,
                     |_, e, _| {
@@ -409,7 +445,7 @@ async fn run_controllers(
 
         // WorkerResourceTemplates, re-queued by their WorkerDeployment's events and those of
         // its versioned Deployments.
-        let (wrt_reader, wrt_writer) = (wrt_stores[i].1.clone(), wrt_writers.remove(0));
+        let (wrt_reader, wrt_writer) = (cache.templates.clone(), writers.templates);
         let (wrt_tx, wrt_rx) = unbounded_channel();
         let wrt_triggers = crate::wrt::Triggers::new(wrt_reader.clone(), wrt_tx);
 
@@ -431,7 +467,7 @@ async fn run_controllers(
             watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
-        .reflect(dep_writers.remove(0))
+        .reflect(writers.deployments)
         .inspect_ok(move |ev| t.deployment(ev))
         .touched_objects()
         .predicate_filter(deployment_predicate, Default::default())
@@ -480,25 +516,27 @@ async fn run_controllers(
         let wrt_ctx = Arc::new(crate::wrt::Context {
             client: client.clone(),
             worker_deployments: wd_reader.clone(),
-            deployments: dep_stores[i].1.clone(),
+            deployments: cache.deployments.clone(),
             recorder: ctx.recorder.clone(),
             discovery: discovery.clone(),
             allowed_kinds: config.wrt_allowed_kinds.clone(),
             resync: config.intervals.steady,
         });
-        let mut wd_controller = Controller::for_stream(wds, wd_reader)
-            .owns_stream(deployments)
-            .with_config(ctrl_config.clone());
-        if let Some(rx) = wd_rx.remove(scope) {
-            wd_controller = wd_controller.reconcile_on(UnboundedReceiverStream::new(rx).inspect(
-                move |r: &ObjectRef<WorkerDeployment>| {
-                    queue(r.namespace.as_deref().unwrap_or_default(), &r.name)
-                },
-            ));
-        }
+        let triggered = UnboundedReceiverStream::new(writers.wd_rx).inspect(
+            move |r: &ObjectRef<WorkerDeployment>| {
+                queue(r.namespace.as_deref().unwrap_or_default(), &r.name)
+            },
+        );
         tasks.push(Box::pin(
-            wd_controller
-                .run(reconcile::reconcile, reconcile::error_policy, ctx.clone())
+            Controller::for_stream(wds, wd_reader)
+                .owns_stream(deployments)
+                .with_config(ctrl_config.clone())
+                .reconcile_on(triggered)
+                .run(
+                    workerdeployment::reconcile,
+                    workerdeployment::error_policy,
+                    ctx.clone(),
+                )
                 .for_each(|r| async move {
                     if let Err(e) = r {
                         tracing::debug!("WorkerDeployment controller: {e}");

@@ -1,12 +1,60 @@
-//! The reconcilers' error type. Each variant knows the condition reason it is reported with
-//! (the same strings as TWC) and whether retrying can help.
+//! What went wrong in a reconcile, said precisely (which call, on what, with which answer), and
+//! separately what that means: [`Error::verdict`] decides the condition reason (the same
+//! strings as TWC), whether a person is told (a Warning), and when to try again ([`Retry`]).
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use temporalio_client::tonic;
 use twc_api::conditions as reason;
 
+use crate::config::Intervals;
+
+/// A Temporal call the controller makes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rpc {
+    DescribeWorkerDeployment,
+    DescribeWorkerDeploymentVersion,
+    DescribeWorkflowExecution,
+    SetWorkerDeploymentManager,
+    SetWorkerDeploymentCurrentVersion,
+    SetWorkerDeploymentRampingVersion,
+    DeleteWorkerDeploymentVersion,
+    DeleteWorkerDeployment,
+}
+
+impl Rpc {
+    /// The RPC's name, as Temporal's API calls it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Rpc::DescribeWorkerDeployment => "DescribeWorkerDeployment",
+            Rpc::DescribeWorkerDeploymentVersion => "DescribeWorkerDeploymentVersion",
+            Rpc::DescribeWorkflowExecution => "DescribeWorkflowExecution",
+            Rpc::SetWorkerDeploymentManager => "SetWorkerDeploymentManager",
+            Rpc::SetWorkerDeploymentCurrentVersion => "SetWorkerDeploymentCurrentVersion",
+            Rpc::SetWorkerDeploymentRampingVersion => "SetWorkerDeploymentRampingVersion",
+            Rpc::DeleteWorkerDeploymentVersion => "DeleteWorkerDeploymentVersion",
+            Rpc::DeleteWorkerDeployment => "DeleteWorkerDeployment",
+        }
+    }
+
+    /// Whether the call only reads (its failure is a failure to observe, not to execute).
+    pub fn reads(self) -> bool {
+        matches!(
+            self,
+            Rpc::DescribeWorkerDeployment
+                | Rpc::DescribeWorkerDeploymentVersion
+                | Rpc::DescribeWorkflowExecution
+        )
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
-    /// The referenced Connection or ClusterConnection does not exist (or cannot be read).
+    /// The spec has a problem the CRD validation could not catch.
+    #[error("{0}")]
+    InvalidSpec(String),
+
+    /// The referenced Connection or ClusterConnection does not exist (or cannot be used).
     #[error("{0}")]
     ConnectionNotFound(String),
 
@@ -14,121 +62,163 @@ pub enum Error {
     #[error("{0}")]
     AuthSecretInvalid(String),
 
-    /// The Temporal client could not be created (dial, TLS, unreachable server).
+    /// No Temporal client could be created (dial, TLS, unreachable server).
     #[error("{0}")]
-    TemporalClientCreationFailed(String),
+    TemporalDial(String),
 
-    /// Reading the worker deployment's state from Temporal failed.
+    /// A Temporal call failed. `subject` says on what ("for buildID x", "d in Temporal
+    /// namespace n").
+    #[error("{}", temporal_message(*.rpc, .subject, *.code, .message))]
+    Temporal {
+        rpc: Rpc,
+        subject: String,
+        code: tonic::Code,
+        message: String,
+    },
+
+    /// The gate's input (from the spec, a ConfigMap or a Secret) could not be read.
     #[error("{0}")]
-    TemporalStateFetchFailed(String),
+    GateInput(String),
 
-    /// The spec has a problem the CRD validation could not catch.
-    #[error("{0}")]
-    InvalidSpec(String),
+    /// A Kubernetes write of the plan failed: `what` names the verb and the object.
+    #[error("{what}: {message}")]
+    KubeWrite { what: String, message: String },
 
-    /// An input of the plan could not be read (the gate's input from a ConfigMap or Secret).
-    #[error("{0}")]
-    PlanGenerationFailed(String),
-
-    /// Carrying out the plan failed (a Kubernetes write or a Temporal routing change).
-    #[error("{0}")]
-    PlanExecutionFailed(String),
-
-    /// Temporal refused a call for its rate limits (`ResourceExhausted`): a state to wait out
-    /// with a long backoff, reported under the reason of what it interrupted.
-    #[error("Rate limited by Temporal (ResourceExhausted): {1}; retrying in a while")]
-    RateLimited(&'static str, String),
-
-    /// The routing changed since it was read (conflict token mismatch): re-read and re-plan
-    /// soon, quietly.
-    #[error("the routing changed concurrently ({0}); re-reading")]
-    Conflict(String),
-
-    /// A Kubernetes API call failed.
+    /// Another Kubernetes API call failed.
     #[error("kubernetes: {}", kube_message(.0))]
     Kube(#[from] kube::Error),
 }
 
-impl Error {
-    /// The condition reason and Warning event reason for this error.
-    pub fn reason(&self) -> &'static str {
-        match self {
-            Error::ConnectionNotFound(_) => reason::CONNECTION_NOT_FOUND,
-            Error::AuthSecretInvalid(_) => reason::AUTH_SECRET_INVALID,
-            Error::TemporalClientCreationFailed(_) => reason::TEMPORAL_CLIENT_CREATION_FAILED,
-            Error::TemporalStateFetchFailed(_) => reason::TEMPORAL_STATE_FETCH_FAILED,
-            Error::InvalidSpec(_) => reason::INVALID_SPEC,
-            Error::PlanGenerationFailed(_) => reason::PLAN_GENERATION_FAILED,
-            Error::RateLimited(reason, _) => reason,
-            Error::PlanExecutionFailed(_) | Error::Conflict(_) | Error::Kube(_) => {
-                reason::PLAN_EXECUTION_FAILED
-            }
-        }
-    }
+/// A Temporal answer that means the routing changed since it was read.
+fn is_conflict(code: tonic::Code, message: &str) -> bool {
+    code == tonic::Code::FailedPrecondition && message.contains("conflict token mismatch")
+}
 
-    /// Waiting for the user (a spec or a Secret to be fixed) rather than for a retry.
-    pub fn waits_for_user(&self) -> bool {
-        matches!(
-            self,
-            Error::InvalidSpec(_)
-                | Error::ConnectionNotFound(_)
-                | Error::AuthSecretInvalid(_)
-                | Error::PlanGenerationFailed(_)
-        )
+fn temporal_message(rpc: Rpc, subject: &str, code: tonic::Code, message: &str) -> String {
+    let call = format!("{} {subject}", rpc.name());
+    if code == tonic::Code::ResourceExhausted {
+        format!("Rate limited by Temporal (ResourceExhausted): {call}; retrying in a while")
+    } else if is_conflict(code, message) {
+        format!("the routing changed concurrently ({call}); re-reading")
+    } else {
+        format!("{call}: {message}")
     }
 }
 
 impl Error {
-    /// A Temporal error of a call, classified: `ResourceExhausted` is a rate limit and a
-    /// conflict-token mismatch a concurrent change; anything else becomes `other`.
-    pub fn temporal(status: &tonic::Status, what: String, other: fn(String) -> Error) -> Error {
-        let reason = other(String::new()).reason();
-        match status.code() {
-            tonic::Code::ResourceExhausted => Error::RateLimited(reason, what),
-            tonic::Code::FailedPrecondition
-                if status.message().contains("conflict token mismatch") =>
-            {
-                Error::Conflict(what)
-            }
-            _ => other(format!("{what}: {}", status.message())),
+    /// A failed Temporal call.
+    pub fn temporal(rpc: Rpc, subject: impl Into<String>, status: &tonic::Status) -> Error {
+        Error::Temporal {
+            rpc,
+            subject: subject.into(),
+            code: status.code(),
+            message: status.message().to_string(),
         }
     }
 
-    /// Worth a condition and a Warning event. `repeats` counts the consecutive reconciles of
+    /// A failed Kubernetes write of `what` ("apply Deployment ns/name").
+    pub fn kube_write(what: impl Into<String>, e: &kube::Error) -> Error {
+        Error::KubeWrite {
+            what: what.into(),
+            message: kube_message(e),
+        }
+    }
+
+    /// Temporal refused a call for its rate limits (`ResourceExhausted`).
+    pub fn is_rate_limited(&self) -> bool {
+        matches!(self, Error::Temporal { code, .. } if *code == tonic::Code::ResourceExhausted)
+    }
+
+    /// The condition reason and Warning event reason (`verdict` with no repeats).
+    pub fn reason(&self) -> &'static str {
+        self.verdict(0).reason
+    }
+
+    /// What this error means for the reconcile. `repeats` counts the consecutive reconciles of
     /// this object that were rate limited, this one included: Temporal answers
     /// `ResourceExhausted` ("too many requests issued to Worker Deployment") also for a moment
     /// right after a routing change, so the first [`QUIET_RATE_LIMITS`] are retried quietly.
-    /// A concurrent change is never worth one.
-    pub fn is_warning(&self, repeats: u32) -> bool {
-        match self {
-            Error::Conflict(_) => false,
-            Error::RateLimited(..) => repeats > QUIET_RATE_LIMITS,
-            _ => true,
+    pub fn verdict(&self, repeats: u32) -> Verdict {
+        let (reason, retry, warning) = match self {
+            Error::InvalidSpec(_) => (reason::INVALID_SPEC, Retry::Steady, true),
+            Error::ConnectionNotFound(_) => (reason::CONNECTION_NOT_FOUND, Retry::Steady, true),
+            Error::AuthSecretInvalid(_) => (reason::AUTH_SECRET_INVALID, Retry::Steady, true),
+            Error::GateInput(_) => (reason::PLAN_GENERATION_FAILED, Retry::Steady, true),
+            Error::TemporalDial(_) => (
+                reason::TEMPORAL_CLIENT_CREATION_FAILED,
+                Retry::Backoff,
+                true,
+            ),
+            Error::Temporal {
+                rpc, code, message, ..
+            } => {
+                let reason = if rpc.reads() {
+                    reason::TEMPORAL_STATE_FETCH_FAILED
+                } else {
+                    reason::PLAN_EXECUTION_FAILED
+                };
+                if *code == tonic::Code::ResourceExhausted {
+                    if repeats <= QUIET_RATE_LIMITS {
+                        (reason, Retry::Fast, false)
+                    } else {
+                        (reason, Retry::Throttled, true)
+                    }
+                } else if is_conflict(*code, message) {
+                    // Someone changed the routing since it was read: re-read, quietly.
+                    (reason, Retry::Fast, false)
+                } else {
+                    (reason, Retry::Backoff, true)
+                }
+            }
+            Error::KubeWrite { .. } | Error::Kube(_) => {
+                (reason::PLAN_EXECUTION_FAILED, Retry::Backoff, true)
+            }
+        };
+        Verdict {
+            reason,
+            retry,
+            warning,
         }
     }
+}
 
-    /// When to try again: at the fast poll after a conflict or a first rate limit; after a
-    /// jittered half-minute or more when rate limiting persists; after the steady poll when
-    /// waiting for the user; else after five fast polls.
-    pub fn retry_after(
-        &self,
-        intervals: &crate::reconcile::Intervals,
-        repeats: u32,
-    ) -> std::time::Duration {
-        use std::time::Duration;
-        let (fast, steady) = (intervals.moving, intervals.steady);
+/// What an error means for the reconcile that met it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Verdict {
+    /// The condition reason and the Warning event's reason.
+    pub reason: &'static str,
+    pub retry: Retry,
+    /// Worth a condition and a Warning event (else retried quietly, conditions kept).
+    pub warning: bool,
+}
+
+/// When to reconcile again after an error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Retry {
+    /// At the fast poll: a concurrent change, or Temporal catching up.
+    Fast,
+    /// At the steady poll: waiting for a person to fix a spec, a Secret or a connection.
+    Steady,
+    /// After five fast polls: a failure that may pass.
+    Backoff,
+    /// After a jittered half-minute or more: Temporal's rate limit.
+    Throttled,
+}
+
+impl Retry {
+    /// The delay under `intervals`.
+    pub fn after(self, intervals: &Intervals) -> Duration {
         match self {
-            Error::Conflict(_) => fast,
-            Error::RateLimited(..) if repeats <= QUIET_RATE_LIMITS => fast,
-            Error::RateLimited(..) => {
-                let jitter = std::time::SystemTime::now()
-                    .duration_since(std::time::UNIX_EPOCH)
+            Retry::Fast => intervals.moving,
+            Retry::Steady => intervals.steady,
+            Retry::Backoff => intervals.moving * 5,
+            Retry::Throttled => {
+                let jitter = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
                     .map(|d| u64::from(d.subsec_millis()) * 15)
                     .unwrap_or_default();
-                Duration::from_secs(30).max(steady / 2) + Duration::from_millis(jitter)
+                Duration::from_secs(30).max(intervals.steady / 2) + Duration::from_millis(jitter)
             }
-            e if e.waits_for_user() => steady,
-            _ => fast * 5,
         }
     }
 }
@@ -149,59 +239,76 @@ pub fn kube_message(e: &kube::Error) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reconcile::Intervals;
-    use std::time::Duration;
+
+    fn intervals() -> Intervals {
+        Intervals {
+            moving: Duration::from_secs(2),
+            steady: Duration::from_secs(60),
+        }
+    }
 
     #[test]
-    fn temporal_errors_are_classified_into_states() {
+    fn a_rate_limit_is_quiet_twice_then_reported_and_backed_off() {
         let limited = tonic::Status::resource_exhausted(
             "too many requests issued to Worker Deployment 'a/b'. Please try again later",
         );
-        let e = Error::temporal(
-            &limited,
-            "DescribeWorkerDeployment a/b".into(),
-            Error::TemporalStateFetchFailed,
-        );
+        let e = Error::temporal(Rpc::DescribeWorkerDeployment, "a/b", &limited);
+        assert!(e.is_rate_limited());
         assert_eq!(e.reason(), reason::TEMPORAL_STATE_FETCH_FAILED);
         assert!(e.to_string().contains("Rate limited"), "{e}");
-        let intervals = Intervals {
-            moving: Duration::from_secs(2),
-            steady: Duration::from_secs(60),
-        };
         // Right after a routing change this is Temporal catching up: quick and quiet, twice.
         for repeats in 1..=QUIET_RATE_LIMITS {
-            assert!(!e.is_warning(repeats));
-            assert_eq!(e.retry_after(&intervals, repeats), Duration::from_secs(2));
+            let v = e.verdict(repeats);
+            assert!(!v.warning);
+            assert_eq!(v.retry.after(&intervals()), Duration::from_secs(2));
         }
         // Then it is a rate limit: reported, and backed off.
-        assert!(e.is_warning(QUIET_RATE_LIMITS + 1));
-        let wait = e.retry_after(&intervals, QUIET_RATE_LIMITS + 1);
+        let v = e.verdict(QUIET_RATE_LIMITS + 1);
+        assert!(v.warning);
+        let wait = v.retry.after(&intervals());
         assert!(
             wait >= Duration::from_secs(30) && wait < Duration::from_secs(46),
             "{wait:?}"
         );
+        // A rate-limited write keeps the reason of what it interrupted.
+        let e = Error::temporal(Rpc::SetWorkerDeploymentCurrentVersion, "for d", &limited);
+        assert_eq!(e.reason(), reason::PLAN_EXECUTION_FAILED);
+    }
 
+    #[test]
+    fn a_conflict_is_re_read_quietly_and_a_refusal_is_reported() {
         let conflict = tonic::Status::failed_precondition("conflict token mismatch");
-        let e = Error::temporal(
-            &conflict,
-            "SetWorkerDeploymentCurrentVersion".into(),
-            Error::PlanExecutionFailed,
-        );
-        assert!(matches!(e, Error::Conflict(_)));
-        assert!(!e.is_warning(0));
-        assert_eq!(e.retry_after(&intervals, 0), Duration::from_secs(2));
+        let e = Error::temporal(Rpc::SetWorkerDeploymentCurrentVersion, "for d", &conflict);
+        let v = e.verdict(0);
+        assert!(!v.warning);
+        assert_eq!(v.retry, Retry::Fast);
+        assert!(e.to_string().contains("changed concurrently"), "{e}");
 
         let refused = tonic::Status::failed_precondition("ManagerIdentity 'x' is set");
-        let e = Error::temporal(
-            &refused,
-            "SetWorkerDeploymentCurrentVersion".into(),
-            Error::PlanExecutionFailed,
+        let e = Error::temporal(Rpc::SetWorkerDeploymentCurrentVersion, "for d", &refused);
+        let v = e.verdict(0);
+        assert_eq!(v.reason, reason::PLAN_EXECUTION_FAILED);
+        assert!(v.warning);
+        assert_eq!(
+            e.to_string(),
+            "SetWorkerDeploymentCurrentVersion for d: ManagerIdentity 'x' is set"
         );
-        assert_eq!(e.reason(), reason::PLAN_EXECUTION_FAILED);
-        assert!(
-            e.is_warning(0) && e.to_string().contains("ManagerIdentity"),
-            "{e}"
+        assert_eq!(v.retry.after(&intervals()), Duration::from_secs(10));
+    }
+
+    #[test]
+    fn waiting_for_a_person_retries_at_the_steady_poll() {
+        for e in [
+            Error::InvalidSpec("x".into()),
+            Error::ConnectionNotFound("x".into()),
+            Error::AuthSecretInvalid("x".into()),
+            Error::GateInput("x".into()),
+        ] {
+            assert_eq!(e.verdict(0).retry, Retry::Steady, "{e:?}");
+        }
+        assert_eq!(
+            Error::TemporalDial("x".into()).reason(),
+            reason::TEMPORAL_CLIENT_CREATION_FAILED
         );
-        assert_eq!(e.retry_after(&intervals, 0), Duration::from_secs(10));
     }
 }

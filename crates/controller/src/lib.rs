@@ -1,6 +1,9 @@
 //! The Temporal Worker Controller library: connections and their lifecycle, the Temporal
 //! client pool, and the WorkerDeployment pipeline (observe -> plan -> execute -> status).
 
+pub mod children;
+pub mod conditions;
+pub mod config;
 pub mod connections;
 pub mod controller;
 pub mod error;
@@ -10,11 +13,10 @@ pub mod manager;
 pub mod metrics;
 pub mod plan;
 pub mod rbac;
-pub mod reconcile;
 pub mod scoped;
-pub mod status;
-pub mod target;
 pub mod temporal;
+pub mod workerdeployment;
+pub mod writes;
 pub mod wrt;
 
 pub use controller::Config;

@@ -6,7 +6,7 @@ use std::fmt::Debug;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
@@ -14,6 +14,7 @@ use serde_json::json;
 use twc_api::{ClusterConnection, Connection, FINALIZER};
 
 use super::index::{ConnKey, UsageIndex};
+use crate::writes::{self, Swap};
 
 /// What the finalizer reconcilers need.
 pub struct Context {
@@ -74,7 +75,7 @@ async fn sync<K>(
     index: &UsageIndex,
 ) -> Result<Action, kube::Error>
 where
-    K: Resource + Clone + DeserializeOwned + Debug,
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
     if !index.is_ready() {
         // Until every WorkerDeployment has been seen, "no users" is not known.
@@ -85,40 +86,20 @@ where
     let deleting = obj.meta().deletion_timestamp.is_some();
     if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
         let adding = finalizers.len() > obj.finalizers().len();
-        // The resourceVersion makes this a compare-and-swap: a concurrent change wins and we
-        // recompute.
-        let patch = json!({"metadata": {
-            "resourceVersion": obj.resource_version(),
-            "finalizers": finalizers,
-        }});
-        match api
-            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => tracing::info!(
+        match writes::swap_finalizers(api, obj, finalizers).await? {
+            Swap::Written => tracing::info!(
                 connection = %key,
                 users,
                 "{} finalizer {FINALIZER}",
                 if adding { "added" } else { "removed" }
             ),
-            Err(kube::Error::Api(s)) if s.code == 409 => {
-                return Ok(Action::requeue(Duration::from_millis(100)));
-            }
-            Err(kube::Error::Api(s)) if s.code == 404 => return Ok(Action::await_change()),
-            Err(e) => return Err(e),
+            Swap::Stale => return Ok(Action::requeue(Duration::from_millis(100))),
+            Swap::Gone => return Ok(Action::await_change()),
         }
     }
     let count = i32::try_from(users).unwrap_or(i32::MAX);
     if used_by != Some(count) && !(deleting && users == 0) {
-        let patch = json!({"status": {"usedBy": count}});
-        match api
-            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => return Err(e),
-        }
+        writes::apply_status(api, &name, &json!({ "usedBy": count })).await?;
     }
     Ok(Action::await_change())
 }

@@ -156,6 +156,6 @@ pub async fn temporal_client(
     let conn = pool
         .dial(key.clone(), &auth)
         .await
-        .map_err(Error::TemporalClientCreationFailed)?;
+        .map_err(Error::TemporalDial)?;
     Ok((conn, key))
 }

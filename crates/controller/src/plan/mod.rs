@@ -14,12 +14,9 @@ use twc_api::{
     WorkflowExecutionStatus,
 };
 
+use crate::config::Limits;
 use crate::temporal::DeploymentState;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
-
-/// By default, a version that was current this recently is restored at once (no ramp, no
-/// gate): [`Limits::rollback_window`].
-pub const ROLLBACK_WINDOW: Duration = Duration::from_secs(3600);
 
 /// A versioned Deployment as observed in the watch cache.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -37,9 +34,10 @@ pub struct ObservedDeployment {
 }
 
 /// Everything the planner looks at.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct Observed {
-    pub now: Option<SystemTime>,
+    /// The time the plan is made for (every delay and pause is measured against it).
+    pub now: SystemTime,
     /// Owned versioned Deployments by build ID.
     pub deployments: BTreeMap<String, ObservedDeployment>,
     pub temporal: DeploymentState,
@@ -47,6 +45,19 @@ pub struct Observed {
     pub target: TargetObserved,
     /// A WorkerResourceTemplate scales the versions (an HPA): it owns their replicas.
     pub autoscaled: bool,
+}
+
+impl Observed {
+    /// Nothing observed yet, at `now`.
+    pub fn at(now: SystemTime) -> Self {
+        Self {
+            now,
+            deployments: BTreeMap::new(),
+            temporal: DeploymentState::default(),
+            target: TargetObserved::default(),
+            autoscaled: false,
+        }
+    }
 }
 
 /// The target version beyond `DescribeWorkerDeployment` (see [`needs`] for when each is read).
@@ -146,27 +157,6 @@ fn parse_delay(value: &Option<String>, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// Limits the planner respects.
-#[derive(Clone, Copy, Debug)]
-pub struct Limits {
-    /// No new version is created while this many versions cannot be deleted: the server keeps
-    /// at most `matching.maxVersionsInDeployment` (100) versions and only deletes drained ones
-    /// without pollers, so a new version would never register. Default 75, as TWC.
-    pub max_undeletable_versions: usize,
-    /// Routing back to a version that was current within this window is a rollback: at once,
-    /// without steps or gate. Default 1 h, as TWC.
-    pub rollback_window: Duration,
-}
-
-impl Default for Limits {
-    fn default() -> Self {
-        Self {
-            max_undeletable_versions: 75,
-            rollback_window: ROLLBACK_WINDOW,
-        }
-    }
-}
-
 /// The build ID the spec asks for.
 pub fn target_build_id(wd: &WorkerDeployment) -> String {
     build_id::build_id(
@@ -193,7 +183,7 @@ pub fn plan_with(
     observed: &Observed,
     limits: &Limits,
 ) -> Plan {
-    let now = observed.now.unwrap_or_else(SystemTime::now);
+    let now = observed.now;
     let spec = &wd.spec;
     let state = &observed.temporal;
     let target = target_build_id(wd);
@@ -565,42 +555,6 @@ fn progressive(
         )),
         None => Some(Routing::SetCurrent(target.to_string())),
     }
-}
-
-/// The observed view of an owned Deployment.
-pub fn observe_deployment(d: &Deployment) -> Option<ObservedDeployment> {
-    let build_id = d.labels().get(twc_api::labels::BUILD_ID)?.clone();
-    let spec = d.spec.as_ref();
-    let status = d.status.as_ref();
-    let annotations = spec
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
-    let available_since = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == "Available" && c.status == "True")
-        })
-        .map(|c| {
-            c.last_transition_time
-                .as_ref()
-                .map(|t| SystemTime::from(t.0))
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        });
-    Some(ObservedDeployment {
-        name: d.name_any(),
-        build_id,
-        spec_replicas: spec.and_then(|s| s.replicas),
-        replicas: status.and_then(|s| s.replicas).unwrap_or(0),
-        available_since,
-        connection_hash: annotations
-            .get(twc_api::labels::CONNECTION_SPEC_HASH)
-            .cloned(),
-        template_digest: annotations
-            .get(twc_api::labels::POD_TEMPLATE_SPEC_HASH)
-            .cloned(),
-    })
 }
 
 #[cfg(test)]

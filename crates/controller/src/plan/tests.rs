@@ -69,10 +69,7 @@ fn version(status: VersionStatus) -> VersionInfo {
 }
 
 fn observed(now: SystemTime) -> Observed {
-    Observed {
-        now: Some(now),
-        ..Default::default()
-    }
+    Observed::at(now)
 }
 
 #[test]

@@ -16,7 +16,7 @@ use twc_api::{
 
 use super::reason;
 use super::render::{self, Inputs};
-use crate::status::set_condition;
+use crate::conditions::set_condition;
 
 /// The referenced WorkerDeployment as the planner needs it.
 #[derive(Clone, Debug)]

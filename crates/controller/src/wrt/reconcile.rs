@@ -23,7 +23,7 @@ use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
 use super::render;
 use crate::error::{Error, Result, kube_message};
 use crate::metrics;
-use crate::reconcile::MANAGER;
+use crate::writes::{self, MANAGER};
 
 /// The controller label of this reconciler's metrics.
 const CONTROLLER: &str = "WorkerResourceTemplate";
@@ -100,7 +100,7 @@ impl Context {
         reason: &str,
         note: String,
     ) {
-        crate::reconcile::publish(&self.recorder, wrt, type_, reason, note).await;
+        writes::publish(&self.recorder, wrt, type_, reason, note).await;
     }
 }
 
@@ -185,14 +185,9 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
         temporal_namespace: wd.spec.worker_options.temporal_namespace.clone(),
         owner,
     });
-    observed.versions = ctx
-        .deployments
-        .state()
-        .iter()
-        .filter(|d| d.namespace().as_deref() == Some(ns.as_str()))
-        .filter(|d| crate::plan::deployment::is_owned_by(d, &wd))
-        .filter(|d| d.metadata.deletion_timestamp.is_none())
-        .filter_map(|d| crate::plan::observe_deployment(d))
+    let deployments = ctx.deployments.state();
+    observed.versions = crate::children::owned_in(&wd, deployments.iter().map(AsRef::as_ref))
+        .into_values()
         .map(|d| (d.build_id, d.name))
         .collect();
     let template = &wrt.spec.template;
@@ -222,20 +217,9 @@ async fn execute(
     let ns = wrt.namespace().unwrap_or_default();
     let mut outcome = Outcome::default();
     if let Some(refs) = &plan.owner_references {
-        let api: Api<WorkerResourceTemplate> = Api::namespaced(ctx.client.clone(), &ns);
-        let patch = json!({"metadata": {
-            "resourceVersion": wrt.resource_version(),
-            "ownerReferences": refs,
-        }});
-        if let Err(e) = api
-            .patch(
-                &wrt.name_any(),
-                &PatchParams::default(),
-                &Patch::Merge(&patch),
-            )
-            .await
-        {
-            // A stale copy (409) comes back with the change; anything else is retried.
+        let api = writes::namespaced_api(&ctx.client, wrt);
+        // A stale copy comes back with the change; anything else is retried.
+        if let Err(e) = writes::swap_metadata(&api, wrt, "ownerReferences", json!(refs)).await {
             tracing::debug!(
                 "owner reference of {ns}/{}: {}",
                 wrt.name_any(),
@@ -301,5 +285,6 @@ async fn write_status(
     wrt: &WorkerResourceTemplate,
     status: &twc_api::WorkerResourceTemplateStatus,
 ) -> Result<()> {
-    crate::reconcile::apply_status(client, wrt, status).await
+    let api = writes::namespaced_api(client, wrt);
+    Ok(writes::apply_status(&api, &wrt.name_any(), status).await?)
 }

@@ -28,8 +28,8 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
 use twc_api::conditions::PROGRESSING;
 use twc_api::{Connection, ConnectionSpec, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, deployment};
-use twc_controller::reconcile::MANAGER;
 use twc_controller::temporal::{self, DeploymentState, WorkerDeploymentRef};
+use twc_controller::writes::MANAGER;
 use twc_testenv::{TemporalOptions, TemporalServer, wait_for};
 
 use crate::common::{self, WORKER_IMAGE, World, from_json};

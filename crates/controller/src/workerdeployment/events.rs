@@ -1,0 +1,266 @@
+//! Events, the people's view of a reconcile: what execution did (Normal, one per write; a
+//! refused gate start is a Warning), the error that stopped it (a Warning, once per distinct
+//! message), versions that registered or drained, and gate runs that failed. Pure: the
+//! reconciler publishes what these functions return.
+
+use std::collections::BTreeMap;
+
+use kube::runtime::events::EventType;
+use twc_api::conditions::READY;
+use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
+
+use super::execute::{Applied, Done};
+use crate::error::{Error, Verdict};
+
+/// An event to publish about the WorkerDeployment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub note: String,
+}
+
+fn normal(reason: &'static str, note: String) -> Note {
+    Note {
+        type_: EventType::Normal,
+        reason,
+        note,
+    }
+}
+
+fn warning(reason: &'static str, note: String) -> Note {
+    Note {
+        type_: EventType::Warning,
+        reason,
+        note,
+    }
+}
+
+/// One event per write that went through, in the order they were made.
+pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec<Note> {
+    let gate_type = wd
+        .spec
+        .rollout
+        .gate
+        .as_ref()
+        .map(|g| g.workflow_type.as_str())
+        .unwrap_or_default();
+    applied
+        .done
+        .iter()
+        .filter_map(|done| match done {
+            Done::Created { deployment } => Some(normal(
+                "DeploymentCreated",
+                format!("created Deployment {deployment} for buildID {target}"),
+            )),
+            Done::Reconnected { deployment, build } => Some(normal(
+                "DeploymentReconnected",
+                format!(
+                    "updated Deployment {deployment} (buildID {build}) for the changed connection"
+                ),
+            )),
+            Done::Scaled {
+                deployment,
+                replicas: 0,
+            } => Some(normal(
+                "ScaledDown",
+                format!("scaled Deployment {deployment} to 0"),
+            )),
+            Done::DeletedDeployment { deployment } => Some(normal(
+                "DeploymentDeleted",
+                format!("deleted Deployment {deployment}"),
+            )),
+            Done::GateStarted(run) => Some(normal(
+                "GateWorkflowStarted",
+                format!(
+                    "started gate workflow {gate_type} ({}) on task queue {} pinned to buildID {target}",
+                    run.workflow_id, run.task_queue
+                ),
+            )),
+            Done::GateStartFailed {
+                task_queue,
+                message,
+            } => Some(warning(
+                "TestWorkflowStartFailed",
+                format!(
+                    "cannot start gate workflow {gate_type} on task queue {task_queue}: {message}"
+                ),
+            )),
+            Done::DeletedVersion { build } => Some(normal(
+                "VersionDeleted",
+                format!("deleted version {build} from Temporal"),
+            )),
+            Done::Promoted { build } => Some(normal(
+                "VersionPromoted",
+                format!("buildID {build} is now current"),
+            )),
+            Done::Ramped { build, percentage } => Some(normal(
+                "RampChanged",
+                format!("buildID {build} ramps at {percentage}%"),
+            )),
+            Done::Applied { .. } | Done::Scaled { .. } | Done::ClaimedManager | Done::RampCleared => {
+                None
+            }
+        })
+        .collect()
+}
+
+/// The Warning for an error, unless it is quiet or the previous status already says it.
+pub fn of_error(
+    previous: &WorkerDeploymentStatus,
+    error: &Error,
+    verdict: Verdict,
+) -> Option<Note> {
+    let message = error.to_string();
+    let already = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.reason == verdict.reason && c.message == message);
+    (verdict.warning && !already).then(|| warning(verdict.reason, message))
+}
+
+/// Events for what changed between two statuses: versions registered and drained (Normal),
+/// gate runs that failed (Warning).
+pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<Note> {
+    let mut notes: Vec<Note> = transitions(before, after)
+        .into_iter()
+        .map(|(reason, note)| normal(reason, note))
+        .collect();
+    notes.extend(
+        gate_failures(before, after)
+            .into_iter()
+            .map(|note| warning("GateWorkflowFailed", note)),
+    );
+    notes
+}
+
+/// Gate runs that ended without success since the previous status (one event each).
+fn gate_failures(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<String> {
+    use twc_api::WorkflowExecutionStatus as S;
+    let runs = |s: &WorkerDeploymentStatus| {
+        s.target_version
+            .as_ref()
+            .map(|t| t.test_workflows.clone())
+            .unwrap_or_default()
+    };
+    let old = runs(before);
+    runs(after)
+        .into_iter()
+        .filter(|w| !matches!(w.status, S::Running | S::Completed))
+        .filter(|w| {
+            !old.iter()
+                .any(|o| o.workflow_id == w.workflow_id && o.status == w.status)
+        })
+        .map(|w| {
+            format!(
+                "gate workflow {} (run {}) on task queue {} ended {:?}",
+                w.workflow_id, w.run_id, w.task_queue, w.status
+            )
+        })
+        .collect()
+}
+
+/// Every version in a status, by build ID.
+pub fn versions(s: &WorkerDeploymentStatus) -> BTreeMap<String, VersionStatus> {
+    s.target_version
+        .iter()
+        .map(|t| &t.base)
+        .chain(s.current_version.iter().map(|c| &c.base))
+        .chain(s.deprecated_versions.iter().map(|d| &d.base))
+        .map(|b| (b.build_id.clone(), b.status))
+        .collect()
+}
+
+/// Normal events for version transitions between two statuses: a version registered in
+/// Temporal (its workers poll) and a version drained.
+fn transitions(
+    before: &WorkerDeploymentStatus,
+    after: &WorkerDeploymentStatus,
+) -> Vec<(&'static str, String)> {
+    let (old, new) = (versions(before), versions(after));
+    let mut out = Vec::new();
+    for (build, status) in &new {
+        let was = old
+            .get(build)
+            .copied()
+            .unwrap_or(VersionStatus::NotRegistered);
+        if was == VersionStatus::NotRegistered && *status != VersionStatus::NotRegistered {
+            out.push((
+                "VersionRegistered",
+                format!("workers of buildID {build} poll Temporal; the version is registered"),
+            ));
+        }
+        if *status == VersionStatus::Drained
+            && was != VersionStatus::Drained
+            && old.contains_key(build)
+        {
+            out.push((
+                "VersionDrained",
+                format!("buildID {build} has no open pinned workflows left"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twc_api::{
+        BaseWorkerDeploymentVersion, DeprecatedWorkerDeploymentVersion,
+        TargetWorkerDeploymentVersion,
+    };
+
+    fn target(build: &str, status: VersionStatus) -> WorkerDeploymentStatus {
+        WorkerDeploymentStatus {
+            target_version: Some(TargetWorkerDeploymentVersion {
+                base: BaseWorkerDeploymentVersion {
+                    build_id: build.into(),
+                    status,
+                    ..Default::default()
+                },
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn events_for_registration_and_drainage_fire_once() {
+        let reasons = |a, b| {
+            transitions(&a, &b)
+                .into_iter()
+                .map(|(r, _)| r)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            reasons(
+                target("v1", VersionStatus::NotRegistered),
+                target("v1", VersionStatus::Inactive)
+            ),
+            vec!["VersionRegistered"]
+        );
+        assert!(
+            reasons(
+                target("v1", VersionStatus::Inactive),
+                target("v1", VersionStatus::Current)
+            )
+            .is_empty()
+        );
+        let mut before = target("v2", VersionStatus::Current);
+        before
+            .deprecated_versions
+            .push(DeprecatedWorkerDeploymentVersion {
+                base: BaseWorkerDeploymentVersion {
+                    build_id: "v1".into(),
+                    status: VersionStatus::Draining,
+                    ..Default::default()
+                },
+                ..Default::default()
+            });
+        let mut after = before.clone();
+        after.deprecated_versions[0].base.status = VersionStatus::Drained;
+        assert_eq!(reasons(before, after.clone()), vec!["VersionDrained"]);
+        assert!(reasons(after.clone(), after).is_empty());
+    }
+}

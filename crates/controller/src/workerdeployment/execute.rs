@@ -1,0 +1,326 @@
+//! Execute: every write a plan asks for, in order (Deployments applied, reconnected, scaled,
+//! deleted; gate workflows started; versions deleted; the routing changed). It returns what
+//! was done as an [`Applied`] record, also when a write fails part way, and never changes what
+//! was observed: the status and the events are computed from the record.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
+use twc_api::{ConnectionSpec, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
+
+use super::Context;
+use super::observe::GateInput;
+use crate::error::{Error, Result, Rpc};
+use crate::plan::{self, Observed, Plan, Routing};
+use crate::temporal::WorkerDeploymentRef;
+use crate::writes::MANAGER;
+
+/// One write that went through (or a gate start that was refused: it is retried next time).
+#[derive(Clone, Debug, PartialEq)]
+pub enum Done {
+    /// A versioned Deployment was created (it was not in the cache).
+    Created {
+        deployment: String,
+    },
+    /// An existing versioned Deployment was re-applied (a drifted target).
+    Applied {
+        deployment: String,
+    },
+    /// An older version's Deployment was moved to the new connection.
+    Reconnected {
+        deployment: String,
+        build: String,
+    },
+    Scaled {
+        deployment: String,
+        replicas: i32,
+    },
+    DeletedDeployment {
+        deployment: String,
+    },
+    GateStarted(WorkflowExecution),
+    GateStartFailed {
+        task_queue: String,
+        message: String,
+    },
+    DeletedVersion {
+        build: String,
+    },
+    ClaimedManager,
+    Promoted {
+        build: String,
+    },
+    Ramped {
+        build: String,
+        percentage: f32,
+    },
+    RampCleared,
+}
+
+/// What one execution did, in order, and the error that stopped it, if one did.
+#[derive(Debug, Default)]
+pub struct Applied {
+    pub done: Vec<Done>,
+    pub error: Option<Error>,
+}
+
+/// Carries out `plan` for `wd` through `temporal` and connection `conn`.
+pub async fn execute(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    temporal: &WorkerDeploymentRef<'_>,
+    conn: &ConnectionSpec,
+    plan: &Plan,
+    gate_input: Option<&GateInput>,
+    observed: &Observed,
+) -> Applied {
+    let mut applied = Applied::default();
+    if let Err(e) = run(
+        wd,
+        ctx,
+        temporal,
+        conn,
+        plan,
+        gate_input,
+        observed,
+        &mut applied,
+    )
+    .await
+    {
+        applied.error = Some(e);
+    }
+    applied
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn run(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    temporal: &WorkerDeploymentRef<'_>,
+    conn: &ConnectionSpec,
+    plan: &Plan,
+    gate_input: Option<&GateInput>,
+    observed: &Observed,
+    applied: &mut Applied,
+) -> Result<()> {
+    let ns = wd.namespace().unwrap_or_default();
+    let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
+    for d in &plan.apply {
+        let name = d.name_any();
+        apply(&deployments, d).await?;
+        let known = observed.deployments.values().any(|o| o.name == name);
+        applied.done.push(if known {
+            Done::Applied { deployment: name }
+        } else {
+            Done::Created { deployment: name }
+        });
+    }
+    for build in &plan.reconnect {
+        let existing = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
+            plan::deployment::is_owned_by(d, wd)
+                && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
+        });
+        match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, conn)) {
+            Some(d) => {
+                apply(&deployments, &d).await?;
+                applied.done.push(Done::Reconnected {
+                    deployment: d.name_any(),
+                    build: build.clone(),
+                });
+            }
+            None => tracing::warn!(
+                build,
+                "the Deployment of buildID {build} does not record what was injected; it keeps its previous connection"
+            ),
+        }
+    }
+    for (name, replicas) in &plan.scale {
+        deployments
+            .patch_scale(
+                name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
+            )
+            .await
+            .map_err(|e| Error::kube_write(format!("scale Deployment {ns}/{name}"), &e))?;
+        applied.done.push(Done::Scaled {
+            deployment: name.clone(),
+            replicas: *replicas,
+        });
+    }
+    for name in &plan.delete_deployments {
+        match deployments.delete(name, &DeleteParams::background()).await {
+            Ok(_) => applied.done.push(Done::DeletedDeployment {
+                deployment: name.clone(),
+            }),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::kube_write(
+                    format!("delete Deployment {ns}/{name}"),
+                    &e,
+                ));
+            }
+        }
+    }
+    start_gates(wd, temporal, plan, gate_input, applied).await;
+    for build in &plan.delete_versions {
+        // Pollers linger for the server's poller TTL after the pods are gone; that and any
+        // other refusal just means "later".
+        match temporal.delete_version(build, false).await {
+            Ok(()) => applied.done.push(Done::DeletedVersion {
+                build: build.clone(),
+            }),
+            Err(s) => tracing::debug!("version {build} not deleted yet: {}", s.message()),
+        }
+    }
+    let Some(routing) = &plan.routing else {
+        return Ok(());
+    };
+    let subject = format!("for {}", temporal.name);
+    let fail = |rpc: Rpc, s: crate::temporal::Status| Error::temporal(rpc, &subject, &s);
+    let mut token = observed.temporal.conflict_token.clone();
+    if plan.claim_manager {
+        token = temporal
+            .claim_manager(token)
+            .await
+            .map_err(|s| fail(Rpc::SetWorkerDeploymentManager, s))?;
+        applied.done.push(Done::ClaimedManager);
+    }
+    match routing {
+        Routing::SetCurrent(build) => {
+            temporal
+                .set_current(build, token, false)
+                .await
+                .map_err(|s| fail(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
+            applied.done.push(Done::Promoted {
+                build: build.clone(),
+            });
+        }
+        Routing::SetRamp(build, pct) => {
+            temporal
+                .set_ramping(build, *pct, token)
+                .await
+                .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
+            applied.done.push(Done::Ramped {
+                build: build.clone(),
+                percentage: *pct,
+            });
+        }
+        Routing::ClearRamp => {
+            temporal
+                .set_ramping("", 0.0, token)
+                .await
+                .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
+            applied.done.push(Done::RampCleared);
+        }
+    }
+    Ok(())
+}
+
+/// Server-side applies a versioned Deployment.
+async fn apply(api: &Api<Deployment>, d: &Deployment) -> Result<()> {
+    let name = d.name_any();
+    let ns = d.namespace().unwrap_or_default();
+    let failed = |message: String| Error::KubeWrite {
+        what: format!("apply Deployment {ns}/{name}"),
+        message,
+    };
+    let mut body = serde_json::to_value(d).map_err(|e| failed(e.to_string()))?;
+    body["apiVersion"] = json!("apps/v1");
+    body["kind"] = json!("Deployment");
+    api.patch(
+        &name,
+        &PatchParams::apply(MANAGER).force(),
+        &Patch::Apply(&body),
+    )
+    .await
+    .map_err(|e| Error::kube_write(format!("apply Deployment {ns}/{name}"), &e))?;
+    Ok(())
+}
+
+/// The top-level keys of a JSON object input (what is logged of a non-secret gate input, as
+/// TWC does: values may still be sensitive or large).
+fn input_keys(bytes: &[u8]) -> String {
+    match serde_json::from_slice::<serde_json::Value>(bytes) {
+        Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect::<Vec<_>>().join(", "),
+        Ok(_) => "(not an object)".into(),
+        Err(_) => "(not JSON)".into(),
+    }
+}
+
+/// Starts the planned gate workflows, pinned to the target. A refused start is recorded (one
+/// Warning event) and retried on the next reconcile; the routing change waits for the gate.
+async fn start_gates(
+    wd: &WorkerDeployment,
+    temporal: &WorkerDeploymentRef<'_>,
+    plan: &Plan,
+    input: Option<&GateInput>,
+    applied: &mut Applied,
+) {
+    let Some(gate) = &wd.spec.rollout.gate else {
+        return;
+    };
+    let build = &plan.target_build_id;
+    for start in &plan.start_gates {
+        match input {
+            Some(GateInput {
+                bytes,
+                secret: true,
+            }) => tracing::info!(
+                workflow_id = start.workflow_id,
+                "starting gate workflow {} with {} bytes of input from a Secret",
+                gate.workflow_type,
+                bytes.len()
+            ),
+            Some(GateInput {
+                bytes,
+                secret: false,
+            }) => tracing::info!(
+                workflow_id = start.workflow_id,
+                "starting gate workflow {} with input keys [{}]",
+                gate.workflow_type,
+                input_keys(bytes)
+            ),
+            None => tracing::info!(
+                workflow_id = start.workflow_id,
+                "starting gate workflow {}",
+                gate.workflow_type
+            ),
+        }
+        let started = temporal
+            .start_gate(
+                &gate.workflow_type,
+                &start.workflow_id,
+                &start.task_queue,
+                build,
+                input.map(|i| i.bytes.as_slice()),
+            )
+            .await;
+        applied.done.push(match started {
+            Ok(run_id) => Done::GateStarted(WorkflowExecution {
+                workflow_id: start.workflow_id.clone(),
+                run_id,
+                status: WorkflowExecutionStatus::Running,
+                task_queue: start.task_queue.clone(),
+            }),
+            Err(s) => Done::GateStartFailed {
+                task_queue: start.task_queue.clone(),
+                message: s.message().to_string(),
+            },
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn only_the_keys_of_a_gate_input_are_logged() {
+        assert_eq!(
+            super::input_keys(br#"{"ok": true, "token": "s3cr3t"}"#),
+            "ok, token"
+        );
+        assert_eq!(super::input_keys(b"[1]"), "(not an object)");
+        assert_eq!(super::input_keys(b"{"), "(not JSON)");
+    }
+}

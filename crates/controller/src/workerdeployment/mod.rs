@@ -1,0 +1,277 @@
+//! The WorkerDeployment reconciler, one pipeline read top to bottom:
+//!
+//! 1. deletion goes to [`cleanup`]; a missing finalizer is added first;
+//! 2. [`observe`] reads everything (connection, Temporal client, Temporal's state, the
+//!    target's extra reads, the watch caches);
+//! 3. [`plan`](crate::plan) decides, with no IO;
+//! 4. [`execute`] carries the plan out and returns what it did;
+//! 5. [`status`] and [`events`] are computed from those values, on failure paths too; then
+//!    the events are published and the status is written once, if it changed.
+
+pub mod cleanup;
+pub mod events;
+pub mod execute;
+pub mod observe;
+pub mod status;
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::PartialObjectMeta;
+use kube::runtime::controller::Action;
+use kube::runtime::events::{EventType, Recorder};
+use kube::{Client, ResourceExt};
+use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
+
+use crate::config::{Intervals, Limits};
+use crate::connections::{self, ConnKey, ConnectionStores};
+use crate::error::{Error, Result};
+use crate::metrics;
+use crate::plan::{self, Observed, Plan};
+use crate::scoped::Scoped;
+use crate::temporal::pool::ClientPool;
+use crate::writes::{self, Swap};
+use execute::Applied;
+use status::Outcome;
+
+/// The controller label of the WorkerDeployment reconciler's metrics.
+const CONTROLLER: &str = "WorkerDeployment";
+
+/// A compare-and-swap that met a changed object is retried this soon (never left waiting for
+/// an event that will not come).
+const STALE_RETRY: Duration = Duration::from_millis(200);
+
+/// What the WorkerDeployment reconciler needs.
+pub struct Context {
+    pub client: Client,
+    pub pool: ClientPool,
+    pub stores: ConnectionStores,
+    pub deployments: Scoped<Deployment>,
+    pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
+    /// WorkerResourceTemplates (one scaling the versions takes `replicas` over).
+    pub templates: Scoped<twc_api::WorkerResourceTemplate>,
+    pub recorder: Recorder,
+    pub intervals: Intervals,
+    pub limits: Limits,
+    /// WorkerDeployments triggered and waiting for their reconcile (a metric).
+    pub queue: metrics::WorkQueue,
+    /// Consecutive rate-limited reconciles per WorkerDeployment (`namespace/name`).
+    pub throttled: Mutex<HashMap<String, u32>>,
+}
+
+impl Context {
+    /// The identity of every Temporal write.
+    pub fn identity(&self) -> &str {
+        self.pool.identity()
+    }
+
+    /// Counts consecutive rate-limited reconciles of `wd` (reset by any other outcome).
+    fn throttled(&self, wd: &WorkerDeployment, limited: bool) -> u32 {
+        let Ok(mut counts) = self.throttled.lock() else {
+            return u32::MAX;
+        };
+        let key = key(wd);
+        if limited {
+            let n = counts.entry(key).or_default();
+            *n = n.saturating_add(1);
+            *n
+        } else {
+            counts.remove(&key);
+            0
+        }
+    }
+
+    pub(crate) async fn event(
+        &self,
+        wd: &WorkerDeployment,
+        type_: EventType,
+        reason: &str,
+        note: String,
+    ) {
+        writes::publish(&self.recorder, wd, type_, reason, note).await;
+    }
+}
+
+fn key(wd: &WorkerDeployment) -> String {
+    format!("{}/{}", wd.namespace().unwrap_or_default(), wd.name_any())
+}
+
+/// Reconciles one WorkerDeployment, counted in the metrics.
+pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.queue.started(&key(&wd));
+    metrics::counted(CONTROLLER, reconcile_one(wd, ctx), Error::reason).await
+}
+
+/// The error policy: only a failed status or finalizer write gets here; back off.
+pub fn error_policy(_wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+    tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
+    Action::requeue(ctx.intervals.moving * 5)
+}
+
+async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    if wd.metadata.deletion_timestamp.is_some() {
+        metrics::global()
+            .forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
+        return match cleanup::cleanup(&wd, &ctx).await {
+            Ok(action) => Ok(action),
+            Err(e) => {
+                // Deleting now could leave Temporal routing new workflows to versions whose
+                // workers are gone; wait, and say how to get out.
+                ctx.event(
+                    &wd,
+                    EventType::Warning,
+                    "CleanupBlocked",
+                    format!(
+                        "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
+                        e.reason()
+                    ),
+                )
+                .await;
+                Ok(Action::requeue(ctx.intervals.moving * 5))
+            }
+        };
+    }
+    if !wd.finalizers().iter().any(|f| f == FINALIZER) {
+        let mut finalizers = wd.finalizers().to_vec();
+        finalizers.push(FINALIZER.into());
+        let api = writes::namespaced_api(&ctx.client, wd.as_ref());
+        // The update event brings us back with the finalizer in place.
+        return Ok(
+            match writes::swap_finalizers(&api, wd.as_ref(), finalizers).await? {
+                Swap::Written | Swap::Gone => Action::await_change(),
+                Swap::Stale => Action::requeue(STALE_RETRY),
+            },
+        );
+    }
+
+    let now = SystemTime::now();
+    let mut connection = None;
+    let pass = pipeline(&wd, &ctx, now, &mut connection).await;
+    let previous = wd.status.clone().unwrap_or_default();
+    let failure = match &pass {
+        Ok(p) => p.applied.error.as_ref(),
+        Err(e) => Some(e),
+    };
+    let repeats = ctx.throttled(&wd, failure.is_some_and(Error::is_rate_limited));
+    let outcome = match &pass {
+        Ok(
+            p @ Pass {
+                applied: Applied { error: None, .. },
+                ..
+            },
+        ) => Outcome::Executed {
+            observed: &p.observed,
+            plan: &p.plan,
+            applied: &p.applied,
+        },
+        Ok(Pass {
+            applied: Applied { error: Some(e), .. },
+            ..
+        })
+        | Err(e) => Outcome::Failed {
+            error: e,
+            verdict: e.verdict(repeats),
+        },
+    };
+    let requeue = match &outcome {
+        Outcome::Executed { plan, .. } if plan.moving => ctx.intervals.moving,
+        Outcome::Executed { .. } => ctx.intervals.steady,
+        Outcome::Failed { verdict, .. } => verdict.retry.after(&ctx.intervals),
+    };
+
+    let mut notes = Vec::new();
+    if let Ok(p) = &pass {
+        notes.extend(events::of_applied(&wd, &p.plan.target_build_id, &p.applied));
+    }
+    if let Outcome::Failed { error, verdict } = &outcome {
+        metrics::global().reconcile_failed(CONTROLLER, verdict.reason);
+        notes.extend(events::of_error(&previous, error, *verdict));
+        let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
+        if verdict.warning {
+            tracing::warn!(namespace = ns, name, reason = verdict.reason, "{error}");
+        } else {
+            tracing::debug!(namespace = ns, name, "{error}");
+        }
+    }
+    let new_status = status::next(
+        &wd,
+        &previous,
+        outcome,
+        connection.as_ref(),
+        ctx.identity(),
+        now,
+    );
+    notes.extend(events::of_status(&previous, &new_status));
+    for n in notes {
+        ctx.event(&wd, n.type_, n.reason, n.note).await;
+    }
+    record_metrics(&wd, &new_status);
+    if previous != new_status {
+        let api = writes::namespaced_api(&ctx.client, wd.as_ref());
+        writes::apply_status(&api, &wd.name_any(), &new_status).await?;
+    }
+    Ok(Action::requeue(requeue))
+}
+
+/// One pass through observe -> plan -> execute.
+struct Pass {
+    observed: Observed,
+    plan: Plan,
+    applied: Applied,
+}
+
+/// Observes, plans and executes; `connection` is set as soon as the reference resolves (the
+/// status records it even if a later step fails).
+async fn pipeline(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    now: SystemTime,
+    connection: &mut Option<ConnKey>,
+) -> Result<Pass> {
+    observe::validate(wd)?;
+    let resolved = connections::resolve(wd, &ctx.stores)?;
+    *connection = Some(resolved.key.clone());
+    let temporal = observe::temporal(wd, ctx, &resolved).await?;
+    let observed = observe::observe(wd, ctx, &temporal, now).await?;
+    let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
+    let gate_input = if plan.start_gates.is_empty() {
+        None
+    } else {
+        observe::gate_input(wd, &ctx.client).await?
+    };
+    let applied = execute::execute(
+        wd,
+        ctx,
+        &temporal.target(wd, ctx.identity()),
+        &resolved.spec,
+        &plan,
+        gate_input.as_ref(),
+        &observed,
+    )
+    .await;
+    Ok(Pass {
+        observed,
+        plan,
+        applied,
+    })
+}
+
+/// Records the versions by status and the ramp of a WorkerDeployment's new status.
+fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
+    let statuses: Vec<VersionStatus> = events::versions(status).into_values().collect();
+    let ramp = status
+        .target_version
+        .as_ref()
+        .filter(|t| t.base.status == VersionStatus::Ramping)
+        .and_then(|t| t.ramp_percentage)
+        .unwrap_or(0.0);
+    metrics::global().worker_deployment(
+        &wd.namespace().unwrap_or_default(),
+        &wd.name_any(),
+        &statuses,
+        ramp,
+    );
+}

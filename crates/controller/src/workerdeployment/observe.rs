@@ -1,0 +1,252 @@
+//! Observe: every read of a reconcile. The connection and its Temporal client, the worker
+//! deployment's state in Temporal, the target version's extra reads (task queues, gate runs,
+//! the unversioned-poller check), the versioned Deployments and autoscaling templates from
+//! the watch caches, and the gate's input when a gate is about to start. Writes nothing.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::ResourceExt;
+use kube::api::Api;
+use temporalio_client::Connection as TemporalConnection;
+use twc_api::{WorkerDeployment, WorkflowExecution};
+
+use super::Context;
+use crate::connections::{self, Resolved};
+use crate::error::{Error, Result, Rpc, kube_message};
+use crate::plan::{self, Observed, TargetObserved, build_id};
+use crate::scoped::Scoped;
+use crate::temporal::gates::gate_workflow_id;
+use crate::temporal::{self, DeploymentState, WorkerDeploymentRef};
+
+/// The spec checks the CRD's validation cannot make.
+pub fn validate(wd: &WorkerDeployment) -> Result<()> {
+    let problems = wd.spec.validate();
+    if problems.is_empty() {
+        return Ok(());
+    }
+    let text: Vec<String> = problems.iter().map(ToString::to_string).collect();
+    Err(Error::InvalidSpec(text.join("; ")))
+}
+
+/// A Temporal client for `wd` through its resolved connection. A connection-level failure
+/// evicts the pooled client, so the next reconcile dials afresh.
+pub struct Temporal {
+    pub conn: TemporalConnection,
+    pub pool_key: temporal::pool::PoolKey,
+    /// The Temporal worker deployment's name (`<namespace>/<name>`, as TWC).
+    pub deployment_name: String,
+}
+
+impl Temporal {
+    /// The worker deployment, written to as `identity`.
+    pub fn target<'a>(
+        &'a self,
+        wd: &'a WorkerDeployment,
+        identity: &'a str,
+    ) -> WorkerDeploymentRef<'a> {
+        WorkerDeploymentRef {
+            conn: &self.conn,
+            namespace: &wd.spec.worker_options.temporal_namespace,
+            name: &self.deployment_name,
+            identity,
+        }
+    }
+}
+
+/// The Temporal client of `wd` through `resolved` (Secrets from `wd`'s namespace only).
+pub async fn temporal(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    resolved: &Resolved,
+) -> Result<Temporal> {
+    let ns = wd.namespace().unwrap_or_default();
+    let (conn, pool_key) = connections::temporal_client(
+        &ctx.client,
+        &ctx.pool,
+        &ctx.secret_meta,
+        resolved,
+        &ns,
+        &wd.spec.worker_options.temporal_namespace,
+    )
+    .await?;
+    Ok(Temporal {
+        conn,
+        pool_key,
+        deployment_name: build_id::temporal_deployment_name(&ns, &wd.name_any()),
+    })
+}
+
+/// Everything the planner looks at, read at `now`.
+pub async fn observe(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    temporal: &Temporal,
+    now: SystemTime,
+) -> Result<Observed> {
+    let target = temporal.target(wd, ctx.identity());
+    let state = match target.describe().await {
+        Ok(s) => s,
+        Err(status) => {
+            if temporal::is_connection_error(&status) {
+                ctx.pool.evict(&temporal.pool_key);
+            }
+            return Err(Error::temporal(
+                Rpc::DescribeWorkerDeployment,
+                format!("{} in Temporal namespace {}", target.name, target.namespace),
+                &status,
+            ));
+        }
+    };
+    let target_build = plan::target_build_id(wd);
+    let target_observed = target_version(wd, &target, &target_build, &state).await?;
+    Ok(Observed {
+        now,
+        deployments: crate::children::owned(wd, &ctx.deployments),
+        temporal: state,
+        target: target_observed,
+        autoscaled: autoscaled(wd, &ctx.templates),
+    })
+}
+
+/// Whether a WorkerResourceTemplate of `wd` renders a scaler of its versions (an HPA or the
+/// like with `scaleTargetRef`): then the scaler owns their replicas, not the spec.
+fn autoscaled(wd: &WorkerDeployment, templates: &Scoped<twc_api::WorkerResourceTemplate>) -> bool {
+    let name = wd.name_any();
+    templates
+        .in_namespace(&wd.namespace().unwrap_or_default())
+        .iter()
+        .filter(|t| t.metadata.deletion_timestamp.is_none())
+        .filter(|t| t.spec.worker_deployment_name() == Some(name.as_str()))
+        .any(|t| crate::wrt::render::scales_target(&t.spec.template))
+}
+
+/// Reads what the planner needs about `build` beyond `DescribeWorkerDeployment` (see
+/// [`plan::needs`]).
+async fn target_version(
+    wd: &WorkerDeployment,
+    temporal: &WorkerDeploymentRef<'_>,
+    build: &str,
+    state: &DeploymentState,
+) -> Result<TargetObserved> {
+    let needs = plan::needs(wd, build, state);
+    let mut out = TargetObserved::default();
+    if !needs.task_queues {
+        return Ok(out);
+    }
+    let subject = format!("for buildID {build}");
+    out.task_queues = temporal
+        .task_queues(build)
+        .await
+        .map_err(|s| Error::temporal(Rpc::DescribeWorkerDeploymentVersion, &subject, &s))?;
+    if needs.gates {
+        for q in out.task_queues.iter().filter(|q| q.workflow) {
+            let id = gate_workflow_id(temporal.name, build, &q.name);
+            let run = temporal
+                .workflow_status(&id)
+                .await
+                .map_err(|s| Error::temporal(Rpc::DescribeWorkflowExecution, &subject, &s))?;
+            if let Some((run_id, status)) = run {
+                out.gates.push(WorkflowExecution {
+                    workflow_id: id,
+                    run_id,
+                    status,
+                    task_queue: q.name.clone(),
+                });
+            }
+        }
+    }
+    if needs.unversioned_pollers && !out.task_queues.is_empty() {
+        let mut all = true;
+        for q in &out.task_queues {
+            match temporal.has_unversioned_poller(q).await {
+                Ok(true) => {}
+                Ok(false) => {
+                    all = false;
+                    break;
+                }
+                Err(s) => {
+                    // Unknown: promote straight to current rather than ramp to nobody.
+                    tracing::warn!(
+                        "DescribeTaskQueue {}: {}; treating it as without unversioned pollers",
+                        q.name,
+                        s.message()
+                    );
+                    all = false;
+                    break;
+                }
+            }
+        }
+        out.unversioned_pollers = Some(all);
+    }
+    Ok(out)
+}
+
+/// A gate workflow's argument: JSON bytes, and whether they came from a Secret (then they are
+/// never logged, only their size).
+pub struct GateInput {
+    pub bytes: Vec<u8>,
+    pub secret: bool,
+}
+
+/// The gate's input, from the spec, a ConfigMap key or a Secret key of `wd`'s namespace.
+pub async fn gate_input(wd: &WorkerDeployment, client: &kube::Client) -> Result<Option<GateInput>> {
+    let Some(gate) = &wd.spec.rollout.gate else {
+        return Ok(None);
+    };
+    let ns = wd.namespace().unwrap_or_default();
+    if let Some(input) = &gate.input {
+        let bytes =
+            serde_json::to_vec(input).map_err(|e| Error::GateInput(format!("gate input: {e}")))?;
+        return Ok(Some(GateInput {
+            bytes,
+            secret: false,
+        }));
+    }
+    let Some(from) = &gate.input_from else {
+        return Ok(None);
+    };
+    let unreadable =
+        |what: String, e: String| Error::GateInput(format!("gate input from {what}: {e}"));
+    if let Some(sel) = &from.config_map_key_ref {
+        let what = format!("ConfigMap {ns}/{} key {}", sel.name, sel.key);
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), &ns)
+            .get(&sel.name)
+            .await
+            .map_err(|e| unreadable(what.clone(), kube_message(&e)))?;
+        let value = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&sel.key))
+            .map(|s| s.as_bytes().to_vec())
+            .or_else(|| {
+                cm.binary_data
+                    .as_ref()
+                    .and_then(|d| d.get(&sel.key))
+                    .map(|b| b.0.clone())
+            })
+            .ok_or_else(|| unreadable(what, "no such key".into()))?;
+        return Ok(Some(GateInput {
+            bytes: value,
+            secret: false,
+        }));
+    }
+    if let Some(sel) = &from.secret_key_ref {
+        let what = format!("Secret {ns}/{} key {}", sel.name, sel.key);
+        let secret = Api::<Secret>::namespaced(client.clone(), &ns)
+            .get(&sel.name)
+            .await
+            .map_err(|e| unreadable(what.clone(), kube_message(&e)))?;
+        let value = secret
+            .data
+            .as_ref()
+            .and_then(|d| d.get(&sel.key))
+            .map(|b| b.0.clone())
+            .ok_or_else(|| unreadable(what, "no such key".into()))?;
+        return Ok(Some(GateInput {
+            bytes: value,
+            secret: true,
+        }));
+    }
+    Ok(None)
+}
