@@ -263,4 +263,82 @@ mod tests {
         assert_eq!(reasons(before, after.clone()), vec!["VersionDrained"]);
         assert!(reasons(after.clone(), after).is_empty());
     }
+
+    #[test]
+    fn every_write_is_told_once_in_order_and_quiet_writes_are_not() {
+        let wd: WorkerDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "w", "namespace": "ns"},
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "worker", "image": "w:v2"}]}},
+                "rollout": {"strategy": "AllAtOnce", "gate": {"workflowType": "Check"}},
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "default"}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let applied = Applied {
+            done: vec![
+                Done::Created {
+                    deployment: "w-v2".into(),
+                },
+                Done::Applied {
+                    deployment: "w-v2".into(),
+                },
+                Done::Scaled {
+                    deployment: "w-v1".into(),
+                    replicas: 3,
+                },
+                Done::Scaled {
+                    deployment: "w-v0".into(),
+                    replicas: 0,
+                },
+                Done::GateStartFailed {
+                    task_queue: "q".into(),
+                    message: "no".into(),
+                },
+                Done::ClaimedManager,
+                Done::Promoted { build: "v2".into() },
+            ],
+            error: None,
+        };
+        let notes = of_applied(&wd, "v2", &applied);
+        let reasons: Vec<&str> = notes.iter().map(|n| n.reason).collect();
+        assert_eq!(
+            reasons,
+            [
+                "DeploymentCreated",
+                "ScaledDown",
+                "TestWorkflowStartFailed",
+                "VersionPromoted"
+            ]
+        );
+        assert_eq!(notes[2].type_, EventType::Warning);
+        assert_eq!(
+            notes[2].note,
+            "cannot start gate workflow Check on task queue q: no"
+        );
+    }
+
+    #[test]
+    fn an_error_is_a_warning_once_until_its_message_changes() {
+        let e = Error::ConnectionNotFound("Connection ns/c not found".into());
+        let mut previous = WorkerDeploymentStatus::default();
+        let first = of_error(&previous, &e, e.verdict(0));
+        assert_eq!(
+            first.as_ref().map(|n| (n.type_, n.reason)),
+            Some((EventType::Warning, "ConnectionNotFound"))
+        );
+        crate::conditions::set_condition(
+            &mut previous.conditions,
+            READY,
+            "False",
+            "ConnectionNotFound",
+            &e.to_string(),
+            None,
+            std::time::SystemTime::UNIX_EPOCH,
+        );
+        assert_eq!(of_error(&previous, &e, e.verdict(0)), None, "already said");
+        let other = Error::ConnectionNotFound("Connection ns/d not found".into());
+        assert!(of_error(&previous, &other, other.verdict(0)).is_some());
+    }
 }

@@ -65,14 +65,15 @@ pub struct Applied {
     pub error: Option<Error>,
 }
 
-/// Carries out `plan` for `wd` through `temporal` and connection `conn`.
+/// Carries out `plan` for `wd` through `temporal` and connection `conn`; `gate_input` is what
+/// was read for the gate runs the plan starts.
 pub async fn execute(
     wd: &WorkerDeployment,
     ctx: &Context,
     temporal: &WorkerDeploymentRef<'_>,
     conn: &ConnectionSpec,
     plan: &Plan,
-    gate_input: Option<&GateInput>,
+    gate_input: Result<Option<GateInput>>,
     observed: &Observed,
 ) -> Applied {
     let mut applied = Applied::default();
@@ -100,7 +101,7 @@ async fn run(
     temporal: &WorkerDeploymentRef<'_>,
     conn: &ConnectionSpec,
     plan: &Plan,
-    gate_input: Option<&GateInput>,
+    gate_input: Result<Option<GateInput>>,
     observed: &Observed,
     applied: &mut Applied,
 ) -> Result<()> {
@@ -163,7 +164,9 @@ async fn run(
             }
         }
     }
-    start_gates(wd, temporal, plan, gate_input, applied).await;
+    // The gate's input was read before execution; unreadable, it stops here (the target's
+    // routing waits for its gate anyway).
+    start_gates(wd, temporal, plan, gate_input?.as_ref(), applied).await;
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
         // other refusal just means "later".

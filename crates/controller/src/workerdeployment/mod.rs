@@ -113,26 +113,7 @@ pub fn error_policy(_wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>
 
 async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
     if wd.metadata.deletion_timestamp.is_some() {
-        metrics::global()
-            .forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
-        return match cleanup::cleanup(&wd, &ctx).await {
-            Ok(action) => Ok(action),
-            Err(e) => {
-                // Deleting now could leave Temporal routing new workflows to versions whose
-                // workers are gone; wait, and say how to get out.
-                ctx.event(
-                    &wd,
-                    EventType::Warning,
-                    "CleanupBlocked",
-                    format!(
-                        "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
-                        e.reason()
-                    ),
-                )
-                .await;
-                Ok(Action::requeue(ctx.intervals.moving * 5))
-            }
-        };
+        return delete(&wd, &ctx).await;
     }
     if !wd.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = wd.finalizers().to_vec();
@@ -146,16 +127,43 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
             },
         );
     }
+    roll_out(&wd, &ctx).await
+}
 
+/// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
+async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
+    metrics::global().forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
+    match cleanup::cleanup(wd, ctx).await {
+        Ok(action) => Ok(action),
+        Err(e) => {
+            // Deleting now could leave Temporal routing new workflows to versions whose
+            // workers are gone; wait, and say how to get out.
+            ctx.event(
+                    wd,
+                    EventType::Warning,
+                    "CleanupBlocked",
+                    format!(
+                        "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
+                        e.reason()
+                    ),
+                )
+                .await;
+            Ok(Action::requeue(ctx.intervals.moving * 5))
+        }
+    }
+}
+
+/// The rollout: one pass of the pipeline, then its status and events, on failure too.
+async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     let now = SystemTime::now();
     let mut connection = None;
-    let pass = pipeline(&wd, &ctx, now, &mut connection).await;
+    let pass = pipeline(wd, ctx, now, &mut connection).await;
     let previous = wd.status.clone().unwrap_or_default();
     let failure = match &pass {
         Ok(p) => p.applied.error.as_ref(),
         Err(e) => Some(e),
     };
-    let repeats = ctx.throttled(&wd, failure.is_some_and(Error::is_rate_limited));
+    let repeats = ctx.throttled(wd, failure.is_some_and(Error::is_rate_limited));
     let outcome = match &pass {
         Ok(
             p @ Pass {
@@ -184,7 +192,7 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
 
     let mut notes = Vec::new();
     if let Ok(p) = &pass {
-        notes.extend(events::of_applied(&wd, &p.plan.target_build_id, &p.applied));
+        notes.extend(events::of_applied(wd, &p.plan.target_build_id, &p.applied));
     }
     if let Outcome::Failed { error, verdict } = &outcome {
         metrics::global().reconcile_failed(CONTROLLER, verdict.reason);
@@ -197,7 +205,7 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
         }
     }
     let new_status = status::next(
-        &wd,
+        wd,
         &previous,
         outcome,
         connection.as_ref(),
@@ -206,11 +214,11 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
     );
     notes.extend(events::of_status(&previous, &new_status));
     for n in notes {
-        ctx.event(&wd, n.type_, n.reason, n.note).await;
+        ctx.event(wd, n.type_, n.reason, n.note).await;
     }
-    record_metrics(&wd, &new_status);
+    record_metrics(wd, &new_status);
     if previous != new_status {
-        let api = writes::namespaced_api(&ctx.client, wd.as_ref());
+        let api = writes::namespaced_api(&ctx.client, wd);
         writes::apply_status(&api, &wd.name_any(), &new_status).await?;
     }
     Ok(Action::requeue(requeue))
@@ -238,9 +246,9 @@ async fn pipeline(
     let observed = observe::observe(wd, ctx, &temporal, now).await?;
     let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
     let gate_input = if plan.start_gates.is_empty() {
-        None
+        Ok(None)
     } else {
-        observe::gate_input(wd, &ctx.client).await?
+        observe::gate_input(wd, &ctx.client).await
     };
     let applied = execute::execute(
         wd,
@@ -248,7 +256,7 @@ async fn pipeline(
         &temporal.target(wd, ctx.identity()),
         &resolved.spec,
         &plan,
-        gate_input.as_ref(),
+        gate_input,
         &observed,
     )
     .await;
