@@ -6,7 +6,7 @@ use serde_json::json;
 use twc_api::{ConnectionSpec, VersionStatus, WorkerDeployment};
 
 use super::*;
-use crate::temporal::{DeploymentState, VersionInfo};
+use crate::temporal::VersionInfo;
 
 const ME: &str = "twc/me";
 
@@ -48,34 +48,184 @@ fn target_of(wd: &WorkerDeployment) -> String {
     build_id::build_id(&wd.spec.template, None)
 }
 
-/// A healthy, up-to-date Deployment for `build`.
-fn deployment(wd: &WorkerDeployment, build: &str, replicas: Option<i32>) -> ObservedDeployment {
-    ObservedDeployment {
-        name: build_id::deployment_name("w", build),
-        build_id: build.into(),
-        spec_replicas: replicas,
-        replicas: replicas.unwrap_or(1),
-        available_since: Some(t(0)),
-        connection_hash: Some(deployment::connection_hash(&conn())),
-        template_digest: Some(build_id::template_digest(&wd.spec.template)),
+/// What the planner sees, built up as a scenario:
+/// `world(&wd).at(t(60)).deployment(&target, None).version(&target, Inactive).build()`.
+/// Telling anything about Temporal (a version, the routing, the manager) means the worker
+/// deployment exists there.
+#[derive(Clone, Debug)]
+struct World {
+    observed: Observed,
+    /// The digest of the template the Deployments run.
+    template_digest: String,
+}
+
+/// Nothing observed yet, at `t(0)`; Deployments run `wd`'s template.
+fn world(wd: &WorkerDeployment) -> World {
+    World {
+        observed: Observed::at(t(0)),
+        template_digest: build_id::template_digest(&wd.spec.template),
     }
 }
 
-fn version(status: VersionStatus) -> VersionInfo {
-    VersionInfo {
-        status,
-        ..Default::default()
+impl World {
+    /// The time the plan is made for.
+    fn at(mut self, now: SystemTime) -> Self {
+        self.observed.now = now;
+        self
+    }
+
+    /// A healthy (available since `t(0)`), up-to-date Deployment for `build` with
+    /// `spec.replicas` (and as many running, 1 when unset).
+    fn deployment(mut self, build: &str, replicas: Option<i32>) -> Self {
+        let d = ObservedDeployment {
+            name: build_id::deployment_name("w", build),
+            build_id: build.into(),
+            spec_replicas: replicas,
+            replicas: replicas.unwrap_or(1),
+            available_since: Some(t(0)),
+            connection_hash: Some(deployment::connection_hash(&conn())),
+            template_digest: Some(self.template_digest.clone()),
+        };
+        self.observed.deployments.insert(build.into(), d);
+        self
+    }
+
+    fn edit_deployment(mut self, build: &str, edit: impl FnOnce(&mut ObservedDeployment)) -> Self {
+        match self.observed.deployments.get_mut(build) {
+            Some(d) => edit(d),
+            None => panic!("no Deployment for {build} in this world"),
+        }
+        self
+    }
+
+    /// `build`'s Deployment is not available.
+    fn unavailable(self, build: &str) -> Self {
+        self.edit_deployment(build, |d| d.available_since = None)
+    }
+
+    /// `build`'s Deployment runs with a previous connection.
+    fn stale_connection(self, build: &str) -> Self {
+        self.edit_deployment(build, |d| d.connection_hash = Some("stale".into()))
+    }
+
+    /// A WorkerResourceTemplate scales the versions (an HPA).
+    fn autoscaled(mut self) -> Self {
+        self.observed.autoscaled = true;
+        self
+    }
+
+    fn temporal(&mut self) -> &mut DeploymentState {
+        self.observed.temporal.exists = true;
+        &mut self.observed.temporal
+    }
+
+    fn edit_version(mut self, build: &str, edit: impl FnOnce(&mut VersionInfo)) -> Self {
+        match self.temporal().versions.get_mut(build) {
+            Some(v) => edit(v),
+            None => panic!("no version {build} in this world"),
+        }
+        self
+    }
+
+    /// Temporal reports `build` with `status` (replacing what it reported before).
+    fn version(mut self, build: &str, status: VersionStatus) -> Self {
+        let v = VersionInfo {
+            status,
+            ..Default::default()
+        };
+        self.temporal().versions.insert(build.into(), v);
+        self
+    }
+
+    /// Temporal does not report `build`: no worker of it polled.
+    fn unregistered(mut self, build: &str) -> Self {
+        self.temporal().versions.remove(build);
+        self
+    }
+
+    /// `build`'s drainage status last changed at `at`.
+    fn drainage_changed(self, build: &str, at: SystemTime) -> Self {
+        self.edit_version(build, |v| v.drainage_changed_at = Some(at))
+    }
+
+    /// `build` is Drained since `since`.
+    fn drained_since(self, build: &str, since: SystemTime) -> Self {
+        self.version(build, VersionStatus::Drained)
+            .drainage_changed(build, since)
+    }
+
+    /// `build` was last current at `at`.
+    fn last_current(self, build: &str, at: SystemTime) -> Self {
+        self.edit_version(build, |v| v.last_current_at = Some(at))
+    }
+
+    /// The current version.
+    fn current(mut self, build: &str) -> Self {
+        self.temporal().current_build_id = Some(build.into());
+        self
+    }
+
+    /// The ramping version.
+    fn ramping(mut self, build: &str) -> Self {
+        self.temporal().ramping_build_id = Some(build.into());
+        self
+    }
+
+    /// The ramp is at `percentage`, set at `since`.
+    fn ramp(mut self, percentage: f32, since: SystemTime) -> Self {
+        let temporal = self.temporal();
+        temporal.ramp_percentage = percentage;
+        temporal.ramp_changed_at = Some(since);
+        self
+    }
+
+    /// The manager identity ("" for none).
+    fn manager(mut self, identity: &str) -> Self {
+        self.temporal().manager_identity = identity.into();
+        self
+    }
+
+    /// The task queues the target polls.
+    fn task_queues(mut self, queues: Vec<TaskQueueRef>) -> Self {
+        self.observed.target.task_queues = queues;
+        self
+    }
+
+    /// A gate run of the target on `queue`.
+    fn gate(mut self, queue: &str, status: WorkflowExecutionStatus) -> Self {
+        self.observed.target.gates.push(gate_run(queue, status));
+        self
+    }
+
+    /// Whether every task queue still has an unversioned poller.
+    fn unversioned_pollers(mut self, polled: bool) -> Self {
+        self.observed.target.unversioned_pollers = Some(polled);
+        self
+    }
+
+    fn build(self) -> Observed {
+        self.observed
     }
 }
 
-fn observed(now: SystemTime) -> Observed {
-    Observed::at(now)
+fn workflow_queue(name: &str) -> TaskQueueRef {
+    TaskQueueRef {
+        name: name.into(),
+        workflow: true,
+    }
+}
+
+fn activity_queue(name: &str) -> TaskQueueRef {
+    TaskQueueRef {
+        name: name.into(),
+        workflow: false,
+    }
 }
 
 #[test]
 fn a_new_template_creates_its_deployment_and_waits_for_pollers() {
     let wd = wd("AllAtOnce", "w:v1");
-    let p = plan(&wd, &conn(), ME, &observed(t(0)));
+    let p = plan(&wd, &conn(), ME, &world(&wd).build());
     assert_eq!(p.apply.len(), 1);
     assert_eq!(
         p.apply[0].metadata.name.as_deref(),
@@ -87,31 +237,21 @@ fn a_new_template_creates_its_deployment_and_waits_for_pollers() {
 
 #[test]
 fn all_at_once_promotes_a_registered_healthy_target() {
+    use VersionStatus::{Current, Inactive};
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal = DeploymentState {
-        exists: true,
-        current_build_id: Some("old".into()),
-        ..Default::default()
-    };
-    o.temporal
-        .versions
-        .insert("old".into(), version(VersionStatus::Current));
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Inactive));
-    let p = plan(&wd, &conn(), ME, &o);
+    let registered = world(&wd)
+        .deployment(&target, None)
+        .version("old", Current)
+        .version(&target, Inactive)
+        .current("old");
+    let p = plan(&wd, &conn(), ME, &registered.clone().build());
     assert!(p.apply.is_empty(), "up to date: no write");
     assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
     assert!(p.claim_manager, "the manager identity is free: claim it");
 
     // Not healthy yet: wait.
-    if let Some(d) = o.deployments.get_mut(&target) {
-        d.available_since = None;
-    }
+    let o = registered.unavailable(&target).build();
     assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
 }
 
@@ -119,13 +259,10 @@ fn all_at_once_promotes_a_registered_healthy_target() {
 fn manual_never_routes() {
     let wd = wd("Manual", "w:v2");
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal
-        .versions
-        .insert(target, version(VersionStatus::Inactive));
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Inactive)
+        .build();
     assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
 }
 
@@ -133,15 +270,12 @@ fn manual_never_routes() {
 fn a_foreign_manager_blocks_routing_with_a_reason() {
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some("old".into());
-    o.temporal.manager_identity = "some-other-cli-user".into();
-    o.temporal
-        .versions
-        .insert(target, version(VersionStatus::Inactive));
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Inactive)
+        .current("old")
+        .manager("some-other-cli-user")
+        .build();
     let p = plan(&wd, &conn(), ME, &o);
     assert_eq!(p.routing, None);
     assert!(
@@ -156,14 +290,11 @@ fn a_foreign_manager_blocks_routing_with_a_reason() {
 fn progressive_walks_the_steps_using_temporals_ramp_time() {
     let wd = wd("Progressive", "w:v2");
     let target = target_of(&wd);
-    let mut o = observed(t(1000));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some("old".into());
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Inactive));
+    let pending = world(&wd)
+        .at(t(1000))
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Inactive)
+        .current("old");
     let cases: Vec<(Option<f32>, u64, Option<Routing>)> = vec![
         // (current ramp of the target, seconds since it changed, expected)
         (None, 0, Some(Routing::SetRamp(target.clone(), 10.0))),
@@ -175,17 +306,11 @@ fn progressive_walks_the_steps_using_temporals_ramp_time() {
         (Some(30.0), 1, Some(Routing::SetRamp(target.clone(), 10.0))),
     ];
     for (ramp, ago, expected) in cases {
-        match ramp {
-            Some(r) => {
-                o.temporal.ramping_build_id = Some(target.clone());
-                o.temporal.ramp_percentage = r;
-                o.temporal.ramp_changed_at = Some(t(1000 - ago));
-            }
-            None => {
-                o.temporal.ramping_build_id = None;
-                o.temporal.ramp_percentage = 0.0;
-            }
+        let o = match ramp {
+            Some(r) => pending.clone().ramping(&target).ramp(r, t(1000 - ago)),
+            None => pending.clone(),
         }
+        .build();
         assert_eq!(
             plan(&wd, &conn(), ME, &o).routing,
             expected,
@@ -196,26 +321,26 @@ fn progressive_walks_the_steps_using_temporals_ramp_time() {
 
 #[test]
 fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
+    use VersionStatus::{Drained, Inactive};
     let wd = wd("Progressive", "w:v1");
     let target = target_of(&wd);
-    let mut o = observed(t(10_000));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Inactive));
+    let first = world(&wd)
+        .at(t(10_000))
+        .deployment(&target, None)
+        .version(&target, Inactive);
+    let o = first.clone().build();
     assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
     // Whether unversioned workers still poll is not known yet: wait for it.
     assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
     // No unversioned workers would take the rest of the traffic: current at once.
-    o.target.unversioned_pollers = Some(false);
+    let o = first.clone().unversioned_pollers(false).build();
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
     // Every task queue still has unversioned pollers: ramp by the steps from unversioned.
-    o.target.unversioned_pollers = Some(true);
+    let alongside_unversioned = first.unversioned_pollers(true);
+    let o = alongside_unversioned.clone().build();
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetRamp(target.clone(), 10.0))
@@ -224,15 +349,15 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
     let all_at_once = self::wd("AllAtOnce", "w:v1");
     assert!(!needs(&all_at_once, &target, &o.temporal).unversioned_pollers);
     // A rollback to a version that was current 10 minutes ago skips the steps.
-    o.temporal.current_build_id = Some("newer".into());
-    o.temporal.versions.insert(
-        target.clone(),
-        VersionInfo {
-            status: VersionStatus::Drained,
-            last_current_at: Some(t(10_000 - 600)),
-            ..Default::default()
-        },
-    );
+    let current_ago = |secs: u64| {
+        alongside_unversioned
+            .clone()
+            .current("newer")
+            .version(&target, Drained)
+            .last_current(&target, t(10_000 - secs))
+            .build()
+    };
+    let o = current_ago(600);
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
@@ -247,47 +372,35 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
         Some(Routing::SetRamp(target.clone(), 10.0))
     );
     // Two hours ago is no rollback: ramp.
-    if let Some(v) = o.temporal.versions.get_mut(&target) {
-        v.last_current_at = Some(t(10_000 - 7200));
-    }
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), ME, &current_ago(7200)).routing,
         Some(Routing::SetRamp(target, 10.0))
     );
 }
 
 #[test]
 fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_draining_ones() {
+    use VersionStatus::{Current, Draining, Inactive};
     let wd = wd("AllAtOnce", "w:v3");
     let target = target_of(&wd);
-    let mut o = observed(t(100_000));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some(target.clone());
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Current));
-    let drained = |ago: u64| VersionInfo {
-        status: VersionStatus::Drained,
-        drainage_changed_at: Some(t(100_000 - ago)),
-        ..Default::default()
-    };
-    for (build, info, replicas) in [
-        ("draining", version(VersionStatus::Draining), Some(2)),
-        ("drained-recent", drained(600), Some(2)),
-        ("drained-old", drained(2 * 3600), Some(2)),
-        ("drained-ancient", drained(26 * 3600), Some(0)),
-        ("inactive", version(VersionStatus::Inactive), Some(2)),
-    ] {
-        o.temporal.versions.insert(build.into(), info);
-        o.deployments
-            .insert(build.into(), deployment(&wd, build, replicas));
-    }
-    o.deployments.insert(
-        "gone-from-temporal".into(),
-        deployment(&wd, "gone-from-temporal", Some(1)),
-    );
+    let ago = |secs: u64| t(100_000 - secs);
+    let o = world(&wd)
+        .at(t(100_000))
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .deployment("draining", Some(2))
+        .version("draining", Draining)
+        .deployment("drained-recent", Some(2))
+        .drained_since("drained-recent", ago(600))
+        .deployment("drained-old", Some(2))
+        .drained_since("drained-old", ago(2 * 3600))
+        .deployment("drained-ancient", Some(0))
+        .drained_since("drained-ancient", ago(26 * 3600))
+        .deployment("inactive", Some(2))
+        .version("inactive", Inactive)
+        .deployment("gone-from-temporal", Some(1))
+        .build();
     let p = plan(&wd, &conn(), ME, &o);
     let name = |b: &str| build_id::deployment_name("w", b);
     let mut scaled = p.scale.clone();
@@ -311,21 +424,16 @@ fn replicas_follow_the_spec_for_active_versions_only() {
     let mut wd = wd("AllAtOnce", "w:v1");
     wd.spec.replicas = Some(3);
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, Some(1)));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some(target.clone());
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Current));
-    let p = plan(&wd, &conn(), ME, &o);
+    let current = world(&wd)
+        .version(&target, VersionStatus::Current)
+        .current(&target);
+    let running = current.clone().deployment(&target, Some(1));
+    let p = plan(&wd, &conn(), ME, &running.clone().build());
     assert_eq!(p.scale, vec![(build_id::deployment_name("w", &target), 3)]);
     // A WorkerResourceTemplate scaling the versions (an HPA) owns them, whatever the spec.
-    o.autoscaled = true;
+    let o = running.clone().autoscaled().build();
     assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
-    o.deployments.clear();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), ME, &current.autoscaled().build());
     assert_eq!(p.apply.len(), 1);
     assert_eq!(
         p.apply[0].spec.as_ref().and_then(|s| s.replicas),
@@ -333,45 +441,38 @@ fn replicas_follow_the_spec_for_active_versions_only() {
         "not applied"
     );
     // Without spec.replicas an autoscaler owns them: no scaling.
-    o.autoscaled = false;
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, Some(1)));
     wd.spec.replicas = None;
-    assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
+    assert!(plan(&wd, &conn(), ME, &running.build()).scale.is_empty());
 }
 
 #[test]
 fn a_connection_change_re_applies_the_target() {
+    use VersionStatus::{Current, Drained, Draining};
     let wd = wd("AllAtOnce", "w:v1");
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    let mut d = deployment(&wd, &target, None);
-    d.connection_hash = Some("stale".into());
-    o.deployments.insert(target.clone(), d);
-    assert_eq!(plan(&wd, &conn(), ME, &o).apply.len(), 1);
+    let stale = world(&wd)
+        .deployment(&target, None)
+        .stale_connection(&target);
+    assert_eq!(
+        plan(&wd, &conn(), ME, &stale.clone().build()).apply.len(),
+        1
+    );
 
     // Older versions that still run follow the connection too; scaled-down ones do not.
-    let stale = |build: &str, replicas| ObservedDeployment {
-        connection_hash: Some("stale".into()),
-        ..deployment(&wd, build, replicas)
-    };
-    o.deployments
-        .insert("draining".into(), stale("draining", Some(1)));
-    o.deployments
-        .insert("current".into(), stale("current", Some(1)));
-    o.deployments
-        .insert("asleep".into(), stale("asleep", Some(0)));
-    o.deployments
-        .insert("fresh".into(), deployment(&wd, "fresh", Some(1)));
-    o.temporal.current_build_id = Some("current".into());
-    for (b, st) in [
-        ("draining", VersionStatus::Draining),
-        ("current", VersionStatus::Current),
-        ("asleep", VersionStatus::Drained),
-        ("fresh", VersionStatus::Draining),
-    ] {
-        o.temporal.versions.insert(b.into(), version(st));
-    }
+    let o = stale
+        .deployment("draining", Some(1))
+        .stale_connection("draining")
+        .version("draining", Draining)
+        .deployment("current", Some(1))
+        .stale_connection("current")
+        .version("current", Current)
+        .current("current")
+        .deployment("asleep", Some(0))
+        .stale_connection("asleep")
+        .version("asleep", Drained)
+        .deployment("fresh", Some(1))
+        .version("fresh", Draining)
+        .build();
     let p = plan(&wd, &conn(), ME, &o);
     assert_eq!(p.reconnect, ["current", "draining"]);
     assert!(
@@ -382,22 +483,17 @@ fn a_connection_change_re_applies_the_target() {
 
 #[test]
 fn no_new_version_while_too_many_cannot_be_deleted() {
+    use VersionStatus::{Current, Drained, Draining, Inactive};
     let wd = wd("AllAtOnce", "w:v9");
-    let mut o = observed(t(0));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some("v4".into());
-    for (b, s) in [
-        ("v0", VersionStatus::Drained),
-        ("v1", VersionStatus::Drained),
-        ("v2", VersionStatus::Draining),
-        ("v3", VersionStatus::Inactive),
-        ("v4", VersionStatus::Current),
-    ] {
-        o.temporal.versions.insert(b.into(), version(s));
-    }
+    let versions = world(&wd)
+        .version("v0", Drained)
+        .version("v1", Drained)
+        .version("v2", Draining)
+        .version("v3", Inactive)
+        .version("v4", Current)
+        .current("v4");
     // v1 is drained but its workers still run, so the server cannot delete it.
-    o.deployments
-        .insert("v1".into(), deployment(&wd, "v1", Some(1)));
+    let o = versions.clone().deployment("v1", Some(1)).build();
     let limits = Limits {
         max_undeletable_versions: 4,
         ..Default::default()
@@ -414,8 +510,12 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
         "names the blocking versions: {why}"
     );
     // One more drained and stopped version frees a slot.
-    o.deployments.remove("v1");
-    assert_eq!(plan_with(&wd, &conn(), ME, &o, &limits).apply.len(), 1);
+    assert_eq!(
+        plan_with(&wd, &conn(), ME, &versions.build(), &limits)
+            .apply
+            .len(),
+        1
+    );
 }
 
 mod invariants {
@@ -492,37 +592,35 @@ mod invariants {
             w.spec.replicas = c.replicas;
             let target = target_of(&w);
             let now = t(300_000 + c.now);
-            let mut o = observed(now);
-            o.temporal.exists = true;
-            o.temporal.manager_identity = ["", ME, "someone-else"][c.manager].to_string();
+            let mut scene = world(&w).at(now).manager(["", ME, "someone-else"][c.manager]);
             let (t_status, t_has_dep, t_available) = c.target;
             let mut builds = vec![target.clone()];
             if t_status > 0 {
-                o.temporal.versions.insert(target.clone(), version(STATUSES[t_status]));
+                scene = scene.version(&target, STATUSES[t_status]);
             }
             if t_has_dep {
-                let mut d = deployment(&w, &target, c.replicas);
-                if !t_available { d.available_since = None; }
-                o.deployments.insert(target.clone(), d);
+                scene = scene.deployment(&target, c.replicas);
+                if !t_available { scene = scene.unavailable(&target); }
             }
             for (i, (s, has_dep, replicas, available, ago)) in c.others.iter().enumerate() {
                 let b = build(i);
                 builds.push(b.clone());
                 if *s > 0 {
-                    o.temporal.versions.insert(b.clone(), VersionInfo {
-                        status: STATUSES[*s],
-                        drainage_changed_at: Some(t(300_000 + c.now).checked_sub(Duration::from_secs(*ago)).unwrap_or(now)),
-                        ..Default::default()
-                    });
+                    let changed = now.checked_sub(Duration::from_secs(*ago)).unwrap_or(now);
+                    scene = scene.version(&b, STATUSES[*s]).drainage_changed(&b, changed);
                 }
                 if *has_dep {
-                    let mut d = deployment(&w, &b, *replicas);
-                    if !available { d.available_since = None; }
-                    o.deployments.insert(b, d);
+                    scene = scene.deployment(&b, *replicas);
+                    if !available { scene = scene.unavailable(&b); }
                 }
             }
-            o.temporal.current_build_id = c.current.and_then(|i| builds.get(i).cloned());
-            o.temporal.ramping_build_id = c.ramping.and_then(|i| builds.get(i).cloned());
+            if let Some(b) = c.current.and_then(|i| builds.get(i)) {
+                scene = scene.current(b);
+            }
+            if let Some(b) = c.ramping.and_then(|i| builds.get(i)) {
+                scene = scene.ramping(b);
+            }
+            let o = scene.build();
 
             let p = plan(&w, &conn(), ME, &o);
             let status = |b: &str| o.temporal.versions.get(b).map(|v| v.status).unwrap_or(VersionStatus::NotRegistered);
@@ -579,44 +677,34 @@ fn gate_run(queue: &str, status: WorkflowExecutionStatus) -> WorkflowExecution {
     }
 }
 
-/// A registered, healthy target v2 with v1 current, polling workflow queues `a` and `b` and
-/// activity queue `acts`.
-fn gated(strategy: &str) -> (WorkerDeployment, String, Observed) {
+/// A registered, healthy gated target v2, no current version, polling workflow queues `a` and
+/// `b` and activity queue `acts`.
+fn gated_target(strategy: &str) -> (WorkerDeployment, String, World) {
     let wd = with_gate(wd(strategy, "w:v2"));
     let target = target_of(&wd);
-    let mut o = observed(t(0));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal.current_build_id = Some("v1".into());
-    o.temporal
-        .versions
-        .insert("v1".into(), version(VersionStatus::Current));
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Inactive));
-    o.target.task_queues = vec![
-        TaskQueueRef {
-            name: "a".into(),
-            workflow: true,
-        },
-        TaskQueueRef {
-            name: "acts".into(),
-            workflow: false,
-        },
-        TaskQueueRef {
-            name: "b".into(),
-            workflow: true,
-        },
-    ];
-    (wd, target, o)
+    let world = world(&wd)
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Inactive)
+        .task_queues(vec![
+            workflow_queue("a"),
+            activity_queue("acts"),
+            workflow_queue("b"),
+        ]);
+    (wd, target, world)
+}
+
+/// [`gated_target`] with v1 current.
+fn gated(strategy: &str) -> (WorkerDeployment, String, World) {
+    let (wd, target, world) = gated_target(strategy);
+    let world = world.version("v1", VersionStatus::Current).current("v1");
+    (wd, target, world)
 }
 
 #[test]
 fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_complete() {
     use WorkflowExecutionStatus::{Completed, Running};
-    let (wd, target, mut o) = gated("AllAtOnce");
-    let p = plan(&wd, &conn(), ME, &o);
+    let (wd, target, gated_v2) = gated("AllAtOnce");
+    let p = plan(&wd, &conn(), ME, &gated_v2.clone().build());
     let queues: Vec<&str> = p
         .start_gates
         .iter()
@@ -631,21 +719,26 @@ fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_c
     assert_eq!(p.routing, None);
     assert!(p.moving);
 
-    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Running)];
+    let o = gated_v2
+        .clone()
+        .gate("a", Completed)
+        .gate("b", Running)
+        .build();
     let p = plan(&wd, &conn(), ME, &o);
     assert!(p.start_gates.is_empty(), "never started twice");
     assert_eq!(p.routing, None, "one still runs");
 
-    o.target.gates[1].status = Completed;
+    let o = gated_v2.gate("a", Completed).gate("b", Completed).build();
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
 
     // Manual starts the gate too but never promotes.
-    let (manual, _, mut o) = gated("Manual");
+    let (manual, _, gated_v2) = gated("Manual");
+    let o = gated_v2.clone().build();
     assert_eq!(plan(&manual, &conn(), ME, &o).start_gates.len(), 2);
-    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Completed)];
+    let o = gated_v2.gate("a", Completed).gate("b", Completed).build();
     assert_eq!(plan(&manual, &conn(), ME, &o).routing, None);
 }
 
@@ -657,8 +750,8 @@ fn a_failed_gate_blocks_the_build_for_good_and_says_why() {
         ("AllAtOnce", TimedOut),
         ("Manual", Failed),
     ] {
-        let (wd, target, mut o) = gated(strategy);
-        o.target.gates = vec![gate_run("a", Completed), gate_run("b", failure)];
+        let (wd, target, gated_v2) = gated(strategy);
+        let o = gated_v2.gate("a", Completed).gate("b", failure).build();
         let p = plan(&wd, &conn(), ME, &o);
         assert_eq!(p.routing, None);
         assert!(p.start_gates.is_empty(), "a failed gate is not retried");
@@ -672,27 +765,25 @@ fn a_failed_gate_blocks_the_build_for_good_and_says_why() {
 
 #[test]
 fn no_gate_before_registration_or_for_the_current_version_or_a_rollback() {
-    let (wd, target, mut o) = gated("AllAtOnce");
+    use VersionStatus::{Current, Drained};
+    let (wd, target, gated_v2) = gated("AllAtOnce");
     // Not registered: nothing to pin a run to.
-    o.temporal.versions.remove(&target);
+    let o = gated_v2.clone().unregistered(&target).build();
     assert!(!needs(&wd, &target, &o.temporal).gates);
     assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
     // Already current: nothing to gate.
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Current));
-    o.temporal.current_build_id = Some(target.clone());
+    let o = gated_v2
+        .clone()
+        .version(&target, Current)
+        .current(&target)
+        .build();
     assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
     // A rollback skips the gate and promotes at once.
-    o.temporal.current_build_id = Some("v3".into());
-    o.temporal.versions.insert(
-        target.clone(),
-        VersionInfo {
-            status: VersionStatus::Drained,
-            last_current_at: Some(t(0) - Duration::from_secs(60)),
-            ..Default::default()
-        },
-    );
+    let o = gated_v2
+        .version(&target, Drained)
+        .last_current(&target, t(0) - Duration::from_secs(60))
+        .current("v3")
+        .build();
     let p = plan(&wd, &conn(), ME, &o);
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, Some(Routing::SetCurrent(target)));
@@ -700,8 +791,8 @@ fn no_gate_before_registration_or_for_the_current_version_or_a_rollback() {
 
 #[test]
 fn a_gate_waits_until_the_version_reports_its_task_queues() {
-    let (wd, _, mut o) = gated("AllAtOnce");
-    o.target.task_queues.clear();
+    let (wd, _, gated_v2) = gated("AllAtOnce");
+    let o = gated_v2.task_queues(Vec::new()).build();
     let p = plan(&wd, &conn(), ME, &o);
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, None);
@@ -711,23 +802,22 @@ fn a_gate_waits_until_the_version_reports_its_task_queues() {
 #[test]
 fn a_first_version_drained_by_its_gate_run_is_still_checked_for_unversioned_pollers() {
     use WorkflowExecutionStatus::Completed;
-    let (wd, target, mut o) = gated("Progressive");
     // No current version; the server reactivated the target for its pinned gate run, which
     // left it Drained once the run completed.
-    o.temporal.current_build_id = None;
-    o.temporal.versions.remove("v1");
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Drained));
-    o.target.gates = vec![gate_run("a", Completed), gate_run("b", Completed)];
+    let (wd, target, gated_v2) = gated_target("Progressive");
+    let gate_passed = gated_v2
+        .version(&target, VersionStatus::Drained)
+        .gate("a", Completed)
+        .gate("b", Completed);
+    let o = gate_passed.clone().build();
     assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
     assert_eq!(plan(&wd, &conn(), ME, &o).routing, None, "not known yet");
-    o.target.unversioned_pollers = Some(false);
+    let o = gate_passed.clone().unversioned_pollers(false).build();
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
-    o.target.unversioned_pollers = Some(true);
+    let o = gate_passed.unversioned_pollers(true).build();
     assert_eq!(
         plan(&wd, &conn(), ME, &o).routing,
         Some(Routing::SetRamp(target.clone(), 10.0))
@@ -738,15 +828,13 @@ fn a_first_version_drained_by_its_gate_run_is_still_checked_for_unversioned_poll
 fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
     let wd = wd("Progressive", "w:v1");
     let target = target_of(&wd);
-    let mut o = observed(t(1000));
-    o.deployments
-        .insert(target.clone(), deployment(&wd, &target, None));
-    o.temporal.exists = true;
-    o.temporal
-        .versions
-        .insert(target.clone(), version(VersionStatus::Ramping));
-    o.temporal.ramping_build_id = Some(target.clone());
+    let ramping = world(&wd)
+        .at(t(1000))
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Ramping)
+        .ramping(&target);
     // The check was made before the first step; it is not read again.
+    let o = ramping.clone().build();
     assert!(!needs(&wd, &target, &o.temporal).unversioned_pollers);
     let cases: Vec<(f32, u64, Option<Routing>)> = vec![
         // (ramp, seconds since it changed, expected)
@@ -755,8 +843,7 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
         (50.0, 301, Some(Routing::SetCurrent(target.clone()))),
     ];
     for (ramp, ago, expected) in cases {
-        o.temporal.ramp_percentage = ramp;
-        o.temporal.ramp_changed_at = Some(t(1000 - ago));
+        let o = ramping.clone().ramp(ramp, t(1000 - ago)).build();
         assert_eq!(
             plan(&wd, &conn(), ME, &o).routing,
             expected,
