@@ -10,17 +10,10 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
-use twc_api::{ClusterConnection, Connection, WorkerDeployment};
+use twc_api::{Connection, WorkerDeployment};
 
 const ROLLOUT: Duration = Duration::from_secs(90);
 const QUICK: Duration = Duration::from_secs(30);
-
-fn unique(prefix: &str) -> String {
-    format!(
-        "{prefix}-{}",
-        &twc_testenv::control_plane::random_token()[..6]
-    )
-}
 
 async fn patch_ref(client: &kube::Client, ns: &str, name: &str, r: serde_json::Value) {
     // Replace the whole reference: a merge patch would keep the other field.
@@ -36,40 +29,30 @@ async fn patch_ref(client: &kube::Client, ns: &str, name: &str, r: serde_json::V
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let cc = unique("shared");
-    w.cluster_connection(&cc).await;
+    let sc = SharedConnection::new("shared").await?;
     let mut tenants = Vec::new();
     for i in 0..5 {
-        let ns = w.tenant(&format!("tenant{i}")).await;
-        w.worker_deployment(&ns, "orders", cluster_ref(&cc), "v1")
-            .await;
+        let ns = sc.tenant(&format!("tenant{i}")).await;
+        sc.user(&ns, "orders").await;
         tenants.push(ns);
     }
     for ns in &tenants {
         // Rolled out means: resolved the ClusterConnection, read this namespace's Secret,
         // talked to Temporal over mTLS, saw the workers' version register, and promoted it.
-        let wd = wait_wd(&client, ns, "orders", "rolled out", ROLLOUT, rolled_out).await;
+        let wd = wait_wd(&sc.client, ns, "orders", "rolled out", ROLLOUT, rolled_out).await;
         let status = wd.status.unwrap_or_default();
         assert_eq!(
             status.observed_connection_ref.map(|r| (r.kind, r.name)),
-            Some(("ClusterConnection".to_string(), cc.clone()))
+            Some(("ClusterConnection".to_string(), sc.cc.clone()))
         );
         assert_eq!(status.observed_generation, wd.metadata.generation);
     }
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
-    let stored = Api::<ClusterConnection>::all(client.clone())
-        .get(&cc)
-        .await?;
+    sc.wait("protected", QUICK).await;
+    let stored = sc.get().await?;
     assert_eq!(stored.status.and_then(|s| s.used_by), Some(5));
 
     // One client per tenant: the pool key carries each Secret's namespace.
-    let pool = w
-        .controller
-        .as_ref()
-        .map(|h| h.pool.keys())
-        .unwrap_or_default();
+    let pool = sc.pool_keys();
     for ns in &tenants {
         assert!(
             pool.iter().any(|k| k
@@ -81,84 +64,74 @@ async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> T
     }
 
     // Deleting one tenant's WorkerDeployment keeps the protection; deleting all removes it.
-    delete_wd(&client, &tenants[0], "orders").await;
-    wait_wd_gone(&client, &tenants[0], "orders", ROLLOUT).await;
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    delete_wd(&sc.client, &tenants[0], "orders").await;
+    wait_wd_gone(&sc.client, &tenants[0], "orders", ROLLOUT).await;
+    sc.wait("protected", QUICK).await;
     for ns in &tenants[1..] {
-        delete_wd(&client, ns, "orders").await;
+        delete_wd(&sc.client, ns, "orders").await;
     }
     for ns in &tenants[1..] {
-        wait_wd_gone(&client, ns, "orders", ROLLOUT).await;
+        wait_wd_gone(&sc.client, ns, "orders", ROLLOUT).await;
     }
-    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+    sc.wait("unprotected", QUICK).await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_used_cluster_connection_waits_for_its_last_user() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let cc = unique("blocked");
-    w.cluster_connection(&cc).await;
-    let a = w.tenant("del-a").await;
-    let b = w.tenant("del-b").await;
+    let sc = SharedConnection::new("blocked").await?;
     // No worker image needed: protection does not depend on pods.
-    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
-    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    let [a, b] = sc.users(["del-a", "del-b"], "w").await;
+    sc.wait("protected", QUICK).await;
 
-    let api: Api<ClusterConnection> = Api::all(client.clone());
-    api.delete(&cc, &DeleteParams::default()).await?;
+    sc.api().delete(&sc.cc, &DeleteParams::default()).await?;
     tokio::time::sleep(Duration::from_secs(3)).await;
-    let terminating = api.get(&cc).await?;
+    let terminating = sc.get().await?;
     assert!(terminating.metadata.deletion_timestamp.is_some());
     assert!(has_finalizer(&terminating), "deleted while in use");
 
-    delete_wd(&client, &a, "w").await;
-    wait_wd_gone(&client, &a, "w", ROLLOUT).await;
+    delete_wd(&sc.client, &a, "w").await;
+    wait_wd_gone(&sc.client, &a, "w", ROLLOUT).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert!(
-        api.get_opt(&cc).await?.is_some(),
+        sc.api().get_opt(&sc.cc).await?.is_some(),
         "gone while namespace {b} still uses it"
     );
 
-    delete_wd(&client, &b, "w").await;
-    wait_wd_gone(&client, &b, "w", ROLLOUT).await;
-    wait_cluster_connection(&client, &cc, "gone", QUICK).await;
+    delete_wd(&sc.client, &b, "w").await;
+    wait_wd_gone(&sc.client, &b, "w", ROLLOUT).await;
+    sc.wait("gone", QUICK).await;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrating_from_connections_to_a_cluster_connection_releases_the_old_ones() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let cc = unique("migrate");
-    w.cluster_connection(&cc).await;
+    let sc = SharedConnection::new("migrate").await?;
     let mut tenants = Vec::new();
     for i in 0..2 {
-        let ns = w.tenant(&format!("migrate{i}")).await;
-        w.connection(&ns, "temporal").await;
-        w.worker_deployment(&ns, "w", by_name("temporal"), "v1")
+        let ns = sc.tenant(&format!("migrate{i}")).await;
+        sc.w.connection(&ns, "temporal").await;
+        sc.w.worker_deployment(&ns, "w", by_name("temporal"), "v1")
             .await;
         tenants.push(ns);
     }
     for ns in &tenants {
-        wait_connection(&client, ns, "temporal", "protected", QUICK).await;
+        wait_connection(&sc.client, ns, "temporal", "protected", QUICK).await;
     }
-    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
+    sc.wait("unprotected", QUICK).await;
 
     for ns in &tenants {
-        patch_ref(&client, ns, "w", cluster_ref(&cc)).await;
+        patch_ref(&sc.client, ns, "w", cluster_ref(&sc.cc)).await;
     }
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    sc.wait("protected", QUICK).await;
     for ns in &tenants {
-        wait_connection(&client, ns, "temporal", "unprotected", QUICK).await;
-        Api::<Connection>::namespaced(client.clone(), ns)
+        wait_connection(&sc.client, ns, "temporal", "unprotected", QUICK).await;
+        Api::<Connection>::namespaced(sc.client.clone(), ns)
             .delete("temporal", &DeleteParams::default())
             .await?;
-        wait_connection(&client, ns, "temporal", "gone", QUICK).await;
+        wait_connection(&sc.client, ns, "temporal", "gone", QUICK).await;
         let wd = wait_wd(
-            &client,
+            &sc.client,
             ns,
             "w",
             "to observe the new reference",
@@ -167,7 +140,7 @@ async fn migrating_from_connections_to_a_cluster_connection_releases_the_old_one
                 wd.status
                     .as_ref()
                     .and_then(|s| s.observed_connection_ref.as_ref())
-                    .is_some_and(|r| r.kind == "ClusterConnection" && r.name == cc)
+                    .is_some_and(|r| r.kind == "ClusterConnection" && r.name == sc.cc)
             },
         )
         .await;
@@ -177,33 +150,27 @@ async fn migrating_from_connections_to_a_cluster_connection_releases_the_old_one
         );
     }
     for ns in &tenants {
-        delete_wd(&client, ns, "w").await;
+        delete_wd(&sc.client, ns, "w").await;
     }
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn moving_one_user_away_keeps_a_cluster_connection_others_still_use() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let cc = unique("kept");
-    w.cluster_connection(&cc).await;
-    let a = w.tenant("keep-a").await;
-    let b = w.tenant("keep-b").await;
-    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
-    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    let sc = SharedConnection::new("kept").await?;
+    let [a, b] = sc.users(["keep-a", "keep-b"], "w").await;
+    sc.wait("protected", QUICK).await;
 
-    w.connection(&a, "local").await;
-    patch_ref(&client, &a, "w", by_name("local")).await;
-    wait_connection(&client, &a, "local", "protected", QUICK).await;
+    sc.w.connection(&a, "local").await;
+    patch_ref(&sc.client, &a, "w", by_name("local")).await;
+    wait_connection(&sc.client, &a, "local", "protected", QUICK).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    wait_cluster_connection(&client, &cc, "protected", QUICK).await;
+    sc.wait("protected", QUICK).await;
 
     // The typed reference to a namespaced Connection counts as the same Connection.
-    patch_ref(&client, &b, "w", connection_ref("local")).await;
+    patch_ref(&sc.client, &b, "w", connection_ref("local")).await;
     let wd = wait_wd(
-        &client,
+        &sc.client,
         &b,
         "w",
         "ConnectionNotFound for its own namespace",
@@ -216,10 +183,10 @@ async fn moving_one_user_away_keeps_a_cluster_connection_others_still_use() -> T
         message.contains(&format!("Connection {b}/local not found")),
         "the message names kind, namespace and name: {message}"
     );
-    wait_cluster_connection(&client, &cc, "unprotected", QUICK).await;
-    delete_wd(&client, &a, "w").await;
-    delete_wd(&client, &b, "w").await;
-    wait_connection(&client, &a, "local", "unprotected", ROLLOUT).await;
+    sc.wait("unprotected", QUICK).await;
+    delete_wd(&sc.client, &a, "w").await;
+    delete_wd(&sc.client, &b, "w").await;
+    wait_connection(&sc.client, &a, "local", "unprotected", ROLLOUT).await;
     Ok(())
 }
 
@@ -254,23 +221,13 @@ async fn renaming_a_legacy_reference_releases_the_old_connection() -> TestResult
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tenants_behind_one_cluster_connection_never_share_credentials() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let cc = unique("isolated");
-    w.cluster_connection(&cc).await;
+    let sc = SharedConnection::new("isolated").await?;
     // Two namespaces, two different Secrets with the same name.
-    let a = w.tenant("iso-a").await;
-    let b = w.tenant("iso-b").await;
-    w.worker_deployment(&a, "w", cluster_ref(&cc), "v1").await;
-    w.worker_deployment(&b, "w", cluster_ref(&cc), "v1").await;
+    let [a, b] = sc.users(["iso-a", "iso-b"], "w").await;
     for ns in [&a, &b] {
-        wait_wd(&client, ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+        wait_wd(&sc.client, ns, "w", "rolled out", ROLLOUT, rolled_out).await;
     }
-    let keys = w
-        .controller
-        .as_ref()
-        .map(|h| h.pool.keys())
-        .unwrap_or_default();
+    let keys = sc.pool_keys();
     let ours: Vec<_> = keys
         .iter()
         .filter(|k| {
@@ -281,7 +238,7 @@ async fn tenants_behind_one_cluster_connection_never_share_credentials() -> Test
         .collect();
     assert_eq!(ours.len(), 2, "one client per tenant: {ours:?}");
     for ns in [&a, &b] {
-        let rv = Api::<Secret>::namespaced(client.clone(), ns)
+        let rv = Api::<Secret>::namespaced(sc.client.clone(), ns)
             .get(MTLS_SECRET)
             .await?
             .metadata
@@ -296,7 +253,7 @@ async fn tenants_behind_one_cluster_connection_never_share_credentials() -> Test
         );
         // The versioned Deployment lives in the tenant's namespace and mounts only its own
         // Secret (a pod can mount nothing else).
-        let deployments = Api::<Deployment>::namespaced(client.clone(), ns)
+        let deployments = Api::<Deployment>::namespaced(sc.client.clone(), ns)
             .list(&ListParams::default().labels("temporal.io/deployment-name=w"))
             .await?;
         assert_eq!(deployments.items.len(), 1);
@@ -314,9 +271,9 @@ async fn tenants_behind_one_cluster_connection_never_share_credentials() -> Test
     }
 
     // A tenant without the Secret cannot borrow another namespace's.
-    let c = w.env.namespace("iso-c").await?;
-    w.worker_deployment(&c, "w", cluster_ref(&cc), "v1").await;
-    let wd = wait_wd(&client, &c, "w", "AuthSecretInvalid", QUICK, |wd| {
+    let c = sc.w.env.namespace("iso-c").await?;
+    sc.user(&c, "w").await;
+    let wd = wait_wd(&sc.client, &c, "w", "AuthSecretInvalid", QUICK, |wd| {
         condition(wd, "Ready").is_some_and(|(_, r, _)| r == "AuthSecretInvalid")
     })
     .await;
@@ -326,10 +283,10 @@ async fn tenants_behind_one_cluster_connection_never_share_credentials() -> Test
         "{message}"
     );
     for ns in [&a, &b, &c] {
-        delete_wd(&client, ns, "w").await;
+        delete_wd(&sc.client, ns, "w").await;
     }
     // It never reached Temporal: its deletion does not wait for a connection that never worked.
-    wait_wd_gone(&client, &c, "w", QUICK).await;
+    wait_wd_gone(&sc.client, &c, "w", QUICK).await;
     Ok(())
 }
 
@@ -561,17 +518,14 @@ async fn tls_secrets_by_build(client: &kube::Client, ns: &str) -> Vec<(String, S
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_version_follows_a_connection_change() -> TestResult {
-    let w = world(true).await?;
-    let client = w.client().await;
-    let ns = w.tenant("reconnect").await;
-    let cc = unique("reconnect");
-    w.cluster_connection(&cc).await;
-    let wd = w.worker_deployment(&ns, "w", cluster_ref(&cc), "v1").await;
+    let sc = SharedConnection::new("reconnect").await?;
+    let ns = sc.tenant("reconnect").await;
+    let wd = sc.user(&ns, "w").await;
     let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
-    wait_wd(&client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
 
     // A pinned workflow keeps v1 Draining after v2 takes over.
-    let temporal = w.env.temporal.connect().await?;
+    let temporal = sc.w.env.temporal.connect().await?;
     twc_testenv::temporal::start_workflow(
         &temporal,
         &temporal_ns,
@@ -582,7 +536,7 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+    Api::<WorkerDeployment>::namespaced(sc.client.clone(), &ns)
         .patch(
             "w",
             &PatchParams::default(),
@@ -602,7 +556,7 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
                 .any(|d| d.base.status == twc_api::VersionStatus::Draining)
     };
     wait_wd(
-        &client,
+        &sc.client,
         &ns,
         "w",
         "v2 current, v1 draining",
@@ -612,21 +566,21 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     .await;
 
     // A new client certificate under another Secret name.
-    Api::<Secret>::namespaced(client.clone(), &ns)
+    Api::<Secret>::namespaced(sc.client.clone(), &ns)
         .create(
             &Default::default(),
-            &w.mtls_secret("temporal-mtls-2", time::Duration::days(1)),
+            &sc.w.mtls_secret("temporal-mtls-2", time::Duration::days(1)),
         )
         .await?;
-    Api::<ClusterConnection>::all(client.clone())
+    sc.api()
         .patch(
-            &cc,
+            &sc.cc,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"mutualTLSSecretRef": {"name": "temporal-mtls-2"}}})),
         )
         .await?;
     let deployments = twc_testenv::wait_for("both versions on the new Secret", QUICK, || {
-        let client = client.clone();
+        let client = sc.client.clone();
         let ns = ns.clone();
         async move {
             let found = tls_secrets_by_build(&client, &ns).await;
@@ -647,7 +601,7 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
         "{deployments:?}"
     );
     let wd = wait_wd(
-        &client,
+        &sc.client,
         &ns,
         "w",
         "v1 still draining, reconnected",

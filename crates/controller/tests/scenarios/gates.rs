@@ -70,6 +70,24 @@ fn gated(mut rollout: Value, workflow_type: &str) -> Value {
 }
 
 impl Scenario {
+    /// A spec of `v1.0` (the target of TWC's gate cases), rolled out by `rollout` with a gate
+    /// running `workflow_type`.
+    fn gated_spec(&self, rollout: Value, workflow_type: &str) -> Value {
+        self.spec(gated(rollout, workflow_type), &image("v1.0"))
+    }
+
+    /// [`Scenario::start`] over TWC's "(st)" preliminary status: after creating the
+    /// WorkerDeployment from `spec` and before connecting it, v0's workers (one replica)
+    /// registered and v0 made current by the test. Returns v0's and the target's build IDs.
+    async fn start_over_v0(&mut self, spec: Value) -> (String, String) {
+        self.create(spec).await;
+        let v0 = self.existing_version(&image("v0"), 1).await;
+        self.wait_registered(&[&v0]).await;
+        self.set_current(&v0).await;
+        self.connect().await;
+        (v0, self.target_build_id())
+    }
+
     /// TWC's gate workflow ID for `build` on the WorkerDeployment's task queue (its name).
     fn gate_id(&self, build: &str) -> String {
         gate_workflow_id(&self.deployment_name, build, &self.name)
@@ -317,15 +335,30 @@ async fn assert_gate_held_promotion(s: &Scenario, build: &str) {
     assert_eq!(s.gate_failed_events().await.0, 0);
 }
 
+/// Waits until `build` is current (and the only version), then checks that its gate held the
+/// promotion ([`assert_gate_held_promotion`]).
+async fn assert_promoted_after_gate(s: &Scenario, build: &str) {
+    s.wait_status(&Expect::target(build, Current).current(build))
+        .await;
+    assert_gate_held_promotion(s, build).await;
+}
+
+/// A scenario on the dev server that remembers pollers ([`poller_ttl_server`]), with
+/// unversioned workers polling its task queue before the WorkerDeployment exists.
+async fn with_unversioned_pollers(w: &'static World, prefix: &str) -> Scenario {
+    let server = poller_ttl_server().await;
+    let s = Scenario::on(w, server, prefix).await;
+    s.unversioned_workers().await;
+    s
+}
+
 /// `manual-rollout-with-failed-gate-expect-no-current`: Manual still runs the gate, and says
 /// when it failed.
 pub async fn manual_rollout_with_failed_gate_expect_no_current(w: &'static World) {
     let mut s = Scenario::new(w, "manual-failed-gate").await;
-    let mut spec = s.spec(gated(manual(), FAIL), &image("v1.0"));
+    let mut spec = s.gated_spec(manual(), FAIL);
     spec["replicas"] = json!(2);
-    s.create(spec).await;
-    let target = s.target_build_id();
-    s.connect().await;
+    let target = s.start(spec).await;
     let expect = Expect::target(&target, GATED_UNPROMOTED);
     s.wait_status(&expect).await;
     s.wait_replicas(&target, 2).await;
@@ -335,10 +368,7 @@ pub async fn manual_rollout_with_failed_gate_expect_no_current(w: &'static World
 /// `manual-rollout-with-success-gate-expect-no-current`: Manual never promotes.
 pub async fn manual_rollout_with_success_gate_expect_no_current(w: &'static World) {
     let mut s = Scenario::new(w, "manual-success-gate").await;
-    s.create(s.spec(gated(manual(), PASS), &image("v1.0")))
-        .await;
-    let target = s.target_build_id();
-    s.connect().await;
+    let target = s.start(s.gated_spec(manual(), PASS)).await;
     let expect = Expect::target(&target, GATED_UNPROMOTED);
     s.wait_status(&expect).await;
     assert_passed_gate(&s, &target).await;
@@ -352,26 +382,16 @@ pub async fn manual_rollout_with_success_gate_expect_no_current(w: &'static Worl
 /// `all-at-once-with-success-gate-expect-current`.
 pub async fn all_at_once_with_success_gate_expect_current(w: &'static World) {
     let mut s = Scenario::new(w, "aao-success-gate").await;
-    let mut spec = s.spec(gated(all_at_once(), PASS), &image("v1.0"));
+    let mut spec = s.gated_spec(all_at_once(), PASS);
     spec["replicas"] = json!(2);
-    s.create(spec).await;
-    let target = s.target_build_id();
-    s.connect().await;
-    s.wait_status(&Expect::target(&target, Current).current(&target))
-        .await;
-    assert_gate_held_promotion(&s, &target).await;
+    let target = s.start(spec).await;
+    assert_promoted_after_gate(&s, &target).await;
 }
 
 /// `all-at-once-rollout-with-failed-gate-expect-no-current`: (st) v0 current.
 pub async fn all_at_once_rollout_with_failed_gate_expect_no_current(w: &'static World) {
     let mut s = Scenario::new(w, "aao-failed-gate").await;
-    s.create(s.spec(gated(all_at_once(), FAIL), &image("v1.0")))
-        .await;
-    let v0 = s.existing_version(&image("v0"), 1).await;
-    s.wait_registered(&[&v0]).await;
-    s.set_current(&v0).await;
-    s.connect().await;
-    let target = s.target_build_id();
+    let (v0, target) = s.start_over_v0(s.gated_spec(all_at_once(), FAIL)).await;
     let expect = Expect::target(&target, GATED_UNPROMOTED).current(&v0);
     s.wait_status(&expect).await;
     s.assert_failed_gate(&target, &expect).await;
@@ -381,25 +401,16 @@ pub async fn all_at_once_rollout_with_failed_gate_expect_no_current(w: &'static 
 /// unversioned workers, goes current once the gate passes.
 pub async fn progressive_rollout_with_gate_no_current_expect_all_at_once(w: &'static World) {
     let mut s = Scenario::new(w, "prog-gate-no-current").await;
-    s.create(s.spec(gated(progressive(10, "1h"), PASS), &image("v1.0")))
-        .await;
-    let target = s.target_build_id();
-    s.connect().await;
-    s.wait_status(&Expect::target(&target, Current).current(&target))
-        .await;
-    assert_gate_held_promotion(&s, &target).await;
+    let target = s.start(s.gated_spec(progressive(10, "1h"), PASS)).await;
+    assert_promoted_after_gate(&s, &target).await;
 }
 
 /// `progressive-rollout-yes-unversioned-pollers-expect-first-step`: unversioned workers still
 /// poll every task queue of the first version, so it ramps from them by the steps instead of
 /// taking all traffic. On a dev server that remembers pollers (TWC's `ts`).
 pub async fn progressive_rollout_yes_unversioned_pollers_expect_first_step(w: &'static World) {
-    let server = poller_ttl_server().await;
-    let mut s = Scenario::on(w, server, "prog-unversioned").await;
-    s.unversioned_workers().await;
-    s.create(s.spec(progressive(5, "1h"), &image("v1"))).await;
-    let target = s.target_build_id();
-    s.connect().await;
+    let mut s = with_unversioned_pollers(w, "prog-unversioned").await;
+    let target = s.start(s.spec(progressive(5, "1h"), &image("v1"))).await;
     let expect = Expect::target(&target, Ramping).ramp(5.0);
     s.settle(&expect).await;
     let wd = s.get().await;
@@ -418,12 +429,8 @@ pub async fn progressive_rollout_yes_unversioned_pollers_expect_first_step(w: &'
 /// Ours: a first version ramping from unversioned workers walks its steps to current (the
 /// unversioned-poller check decides only how it starts).
 pub async fn progressive_rollout_from_unversioned_pollers_walks_the_steps(w: &'static World) {
-    let server = poller_ttl_server().await;
-    let mut s = Scenario::on(w, server, "prog-unversioned-steps").await;
-    s.unversioned_workers().await;
-    s.create(s.spec(progressive(5, "30s"), &image("v1"))).await;
-    let target = s.target_build_id();
-    s.connect().await;
+    let mut s = with_unversioned_pollers(w, "prog-unversioned-steps").await;
+    let target = s.start(s.spec(progressive(5, "30s"), &image("v1"))).await;
     s.wait_status(&Expect::target(&target, Ramping).ramp(5.0))
         .await;
     // The pause is 30 s; the wait, 60 s from here.
@@ -434,13 +441,9 @@ pub async fn progressive_rollout_from_unversioned_pollers_walks_the_steps(w: &'s
 /// `progressive-rollout-success-gate-expect-first-step`: (st) v0 current.
 pub async fn progressive_rollout_success_gate_expect_first_step(w: &'static World) {
     let mut s = Scenario::new(w, "prog-success-gate").await;
-    s.create(s.spec(gated(progressive(5, "1h"), PASS), &image("v1.0")))
+    let (v0, target) = s
+        .start_over_v0(s.gated_spec(progressive(5, "1h"), PASS))
         .await;
-    let v0 = s.existing_version(&image("v0"), 1).await;
-    s.wait_registered(&[&v0]).await;
-    s.set_current(&v0).await;
-    s.connect().await;
-    let target = s.target_build_id();
     let expect = Expect::target(&target, Ramping).ramp(5.0).current(&v0);
     s.wait_status(&expect).await;
     let closed = assert_passed_gate(&s, &target).await;
@@ -455,13 +458,9 @@ pub async fn progressive_rollout_success_gate_expect_first_step(w: &'static Worl
 /// `progressive-rollout-with-failed-gate`: (st) v0 current; the target never ramps.
 pub async fn progressive_rollout_with_failed_gate(w: &'static World) {
     let mut s = Scenario::new(w, "prog-failed-gate").await;
-    s.create(s.spec(gated(progressive(5, "1h"), FAIL), &image("v1.0")))
+    let (v0, target) = s
+        .start_over_v0(s.gated_spec(progressive(5, "1h"), FAIL))
         .await;
-    let v0 = s.existing_version(&image("v0"), 1).await;
-    s.wait_registered(&[&v0]).await;
-    s.set_current(&v0).await;
-    s.connect().await;
-    let target = s.target_build_id();
     let expect = Expect::target(&target, GATED_UNPROMOTED).current(&v0);
     s.wait_status(&expect).await;
     s.assert_failed_gate(&target, &expect).await;
@@ -503,12 +502,8 @@ pub async fn gate_input_from_config_map_and_secret(w: &'static World) {
         "workflowType": CHECK_INPUT,
         "inputFrom": {"configMapKeyRef": {"name": "gate-input", "key": "input.json"}},
     });
-    s.create(s.spec(rollout, &image("v1"))).await;
-    let v1 = s.target_build_id();
-    s.connect().await;
-    s.wait_status(&Expect::target(&v1, Current).current(&v1))
-        .await;
-    assert_gate_held_promotion(&s, &v1).await;
+    let v1 = s.start(s.spec(rollout, &image("v1"))).await;
+    assert_promoted_after_gate(&s, &v1).await;
     assert_eq!(s.started_input(&s.gate_id(&v1)).await, from_config_map);
 
     // The next build takes its gate input from the Secret.

@@ -302,6 +302,15 @@ impl Scenario {
             .unwrap_or_else(|e| panic!("create Connection {}/{CONNECTION}: {e}", self.ns));
     }
 
+    /// Creates the WorkerDeployment from `spec`, then its Connection: the controller starts
+    /// on it with nothing else prepared. Returns the target build ID.
+    pub async fn start(&mut self, spec: Value) -> String {
+        self.create(spec).await;
+        let target = self.target_build_id();
+        self.connect().await;
+        target
+    }
+
     // ---- Temporal ----
 
     /// Writes to the worker deployment as the test (not the controller).
