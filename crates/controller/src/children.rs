@@ -68,6 +68,7 @@ pub fn observe(d: &Deployment) -> Option<ObservedDeployment> {
         build_id,
         spec_replicas: spec.and_then(|s| s.replicas),
         replicas: status.and_then(|s| s.replicas).unwrap_or(0),
+        ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
         available_since,
         connection_hash: annotations
             .get(twc_api::labels::CONNECTION_SPEC_HASH)

@@ -27,6 +27,8 @@ pub struct ObservedDeployment {
     pub spec_replicas: Option<i32>,
     /// `status.replicas`.
     pub replicas: i32,
+    /// `status.readyReplicas`: pods whose workers are up.
+    pub ready_replicas: i32,
     /// Since when `Available` is True; None when not available.
     pub available_since: Option<SystemTime>,
     pub connection_hash: Option<String>,
@@ -414,11 +416,13 @@ fn routing(
     if target_status == VersionStatus::NotRegistered {
         return None;
     }
-    let healthy = observed
-        .deployments
-        .get(target)
-        .is_some_and(|d| d.available_since.is_some());
-    if !healthy {
+    // New work only to a version whose workers are up: Available alone is not enough (a
+    // Deployment scaled to zero is Available with no pod, and a rollback scales it up in the
+    // same reconcile).
+    let workers_up = observed.deployments.get(target).is_some_and(|d| {
+        d.available_since.is_some() && d.ready_replicas > 0 && d.spec_replicas != Some(0)
+    });
+    if !workers_up {
         return None;
     }
     let change = if state.current_build_id.as_deref() == Some(target) {

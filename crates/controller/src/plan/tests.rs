@@ -82,6 +82,7 @@ impl World {
             build_id: build.into(),
             spec_replicas: replicas,
             replicas: replicas.unwrap_or(1),
+            ready_replicas: replicas.unwrap_or(1),
             available_since: Some(t(0)),
             connection_hash: Some(deployment::connection_hash(&conn())),
             template_digest: Some(self.template_digest.clone()),
@@ -99,6 +100,12 @@ impl World {
     }
 
     /// `build`'s Deployment is not available.
+    /// `build`'s Deployment is Available but none of its pods is ready (as a Deployment scaled
+    /// to zero is).
+    fn no_ready_pods(self, build: &str) -> Self {
+        self.edit_deployment(build, |d| d.ready_replicas = 0)
+    }
+
     fn unavailable(self, build: &str) -> Self {
         self.edit_deployment(build, |d| d.available_since = None)
     }
@@ -379,6 +386,45 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
 }
 
 #[test]
+fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
+    use VersionStatus::{Current, Drained};
+    let mut wd = wd("AllAtOnce", "w:v1");
+    wd.spec.replicas = Some(2);
+    let target = target_of(&wd);
+    // Sunset scaled v1 to 0; its Deployment still reports Available (0 of 0).
+    let scaled_down = world(&wd)
+        .at(t(10_000))
+        .deployment(&target, Some(0))
+        .version(&target, Drained)
+        .last_current(&target, t(9_400))
+        .version("newer", Current)
+        .current("newer");
+    let p = plan(&wd, &conn(), ME, &scaled_down.clone().build());
+    assert_eq!(
+        p.scale,
+        vec![(build_id::deployment_name("w", &target), 2)],
+        "scaled up"
+    );
+    assert_eq!(p.routing, None, "no new work before its workers are ready");
+    assert!(p.moving);
+    // Its workers are ready again: the rollback goes through at once.
+    let back = scaled_down.deployment(&target, Some(2)).build();
+    assert_eq!(
+        plan(&wd, &conn(), ME, &back).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+    // Available with no ready pod (all restarting) is no better.
+    let restarting = world(&wd)
+        .deployment(&target, Some(2))
+        .no_ready_pods(&target)
+        .version(&target, VersionStatus::Inactive)
+        .version("newer", Current)
+        .current("newer")
+        .build();
+    assert_eq!(plan(&wd, &conn(), ME, &restarting).routing, None);
+}
+
+#[test]
 fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_draining_ones() {
     use VersionStatus::{Current, Draining, Inactive};
     let wd = wd("AllAtOnce", "w:v3");
@@ -626,10 +672,16 @@ mod invariants {
             let status = |b: &str| o.temporal.versions.get(b).map(|v| v.status).unwrap_or(VersionStatus::NotRegistered);
             let build_of = |name: &str| o.deployments.values().find(|d| d.name == name).map(|d| d.build_id.clone()).unwrap_or_default();
 
-            // Never route to a version with no pollers or an unhealthy Deployment.
+            // Never route to a version with no pollers, no ready workers or an unavailable
+            // Deployment.
             if let Some(Routing::SetCurrent(b) | Routing::SetRamp(b, _)) = &p.routing {
                 prop_assert_ne!(status(b), VersionStatus::NotRegistered);
-                prop_assert!(o.deployments.get(b).is_some_and(|d| d.available_since.is_some()));
+                prop_assert!(
+                    o.deployments.get(b).is_some_and(|d| d.available_since.is_some()
+                        && d.ready_replicas > 0
+                        && d.spec_replicas != Some(0)),
+                    "routed to {} with no ready workers: {:?}", b, o.deployments.get(b)
+                );
             }
             // Never take routing from a foreign manager; Manual never routes.
             if c.manager == 2 || c.strategy == "Manual" {
