@@ -3,6 +3,7 @@
 //! the unversioned-poller check), the versioned Deployments and autoscaling templates from
 //! the watch caches, and the gate's input when a gate is about to start. Writes nothing.
 
+use std::future::Future;
 use std::time::SystemTime;
 
 use k8s_openapi::api::core::v1::{ConfigMap, Secret};
@@ -16,8 +17,8 @@ use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
-use crate::temporal::gates::gate_workflow_id;
-use crate::temporal::{self, DeploymentState, WorkerDeploymentRef};
+use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
+use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef};
 
 /// The spec checks the CRD's validation cannot make.
 pub fn validate(wd: &WorkerDeployment) -> Result<()> {
@@ -157,29 +158,41 @@ async fn target_version(
         }
     }
     if needs.unversioned_pollers && !out.task_queues.is_empty() {
-        let mut all = true;
-        for q in &out.task_queues {
-            match temporal.has_unversioned_poller(q).await {
-                Ok(true) => {}
-                Ok(false) => {
-                    all = false;
-                    break;
-                }
-                Err(s) => {
-                    // Unknown: promote straight to current rather than ramp to nobody.
-                    tracing::warn!(
-                        "DescribeTaskQueue {}: {}; treating it as without unversioned pollers",
-                        q.name,
-                        s.message()
-                    );
-                    all = false;
-                    break;
-                }
-            }
-        }
-        out.unversioned_pollers = Some(all);
+        out.unversioned_pollers = every_queue_has_unversioned_pollers(&out.task_queues, |q| {
+            temporal.has_unversioned_poller(q)
+        })
+        .await;
     }
     Ok(out)
+}
+
+/// Whether every task queue still has an unversioned poller (asked queue by queue with `has`):
+/// `Some(false)` at the first without one; `None` when one cannot be told. An error is not a
+/// "no": it would promote a Progressive first version to 100 % at once, skipping its ramp, so
+/// the planner waits and the next reconcile asks again.
+async fn every_queue_has_unversioned_pollers<'q, F, Fut>(
+    queues: &'q [TaskQueueRef],
+    mut has: F,
+) -> Option<bool>
+where
+    F: FnMut(&'q TaskQueueRef) -> Fut,
+    Fut: Future<Output = std::result::Result<bool, Status>>,
+{
+    for q in queues {
+        match has(q).await {
+            Ok(true) => {}
+            Ok(false) => return Some(false),
+            Err(s) => {
+                tracing::warn!(
+                    "DescribeTaskQueue {}: {}; the first rollout waits until it can be told whether unversioned workers still poll",
+                    q.name,
+                    s.message()
+                );
+                return None;
+            }
+        }
+    }
+    Some(true)
 }
 
 /// A gate workflow's argument: JSON bytes, and whether they came from a Secret (then they are
@@ -249,4 +262,45 @@ pub async fn gate_input(wd: &WorkerDeployment, client: &kube::Client) -> Result<
         }));
     }
     Ok(None)
+}
+
+#[cfg(test)]
+mod tests {
+    use futures::executor::block_on;
+
+    use super::*;
+
+    fn queues(names: &[&str]) -> Vec<TaskQueueRef> {
+        names
+            .iter()
+            .map(|n| TaskQueueRef {
+                name: n.to_string(),
+                workflow: true,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn an_unanswered_poller_check_holds_the_ramp_instead_of_skipping_it() {
+        let qs = queues(&["a", "b"]);
+        let answer = |a: std::result::Result<bool, Status>,
+                      b: std::result::Result<bool, Status>| {
+            block_on(every_queue_has_unversioned_pollers(&qs, |q| {
+                let r = if q.name == "a" { a.clone() } else { b.clone() };
+                async move { r }
+            }))
+        };
+        assert_eq!(answer(Ok(true), Ok(true)), Some(true));
+        assert_eq!(answer(Ok(true), Ok(false)), Some(false));
+        assert_eq!(
+            answer(Ok(true), Err(Status::unavailable("server restarting"))),
+            None,
+            "an error is not known, not a no"
+        );
+        assert_eq!(
+            answer(Ok(false), Err(Status::unavailable("x"))),
+            Some(false),
+            "the first queue without pollers settles it"
+        );
+    }
 }
