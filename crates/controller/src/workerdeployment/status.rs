@@ -45,6 +45,11 @@ pub fn next(
     now: SystemTime,
 ) -> WorkerDeploymentStatus {
     let generation = wd.metadata.generation;
+    // Conditions left as they were speak of the generation they were computed for.
+    let observed_generation = match &outcome {
+        Outcome::Failed { verdict, .. } if !verdict.warning => previous.observed_generation,
+        _ => generation,
+    };
     let mut status = match outcome {
         Outcome::Executed {
             observed,
@@ -80,7 +85,7 @@ pub fn next(
             s
         }
     };
-    status.observed_generation = generation;
+    status.observed_generation = observed_generation;
     status.observed_connection_ref = match connection {
         Some(k) => Some(observed_ref(k)),
         None => previous.observed_connection_ref.clone(),
@@ -471,6 +476,7 @@ mod tests {
             Some(2),
             t(0),
         );
+        previous.observed_generation = Some(2);
         previous.observed_connection_ref = Some(ObservedConnectionRef {
             kind: "Connection".into(),
             name: "old".into(),
@@ -507,7 +513,9 @@ mod tests {
         };
         let s = next(&wd(), &previous, outcome, None, ME, t(10));
         assert_eq!(s.conditions, previous.conditions);
-        assert_eq!(s.observed_generation, Some(3));
+        // Those conditions speak of generation 2, not of this one: observedGeneration says so
+        // (kstatus, Argo CD and `helm --wait` would read an old Ready=True as current).
+        assert_eq!(s.observed_generation, Some(2));
         assert_eq!(s.observed_connection_ref, previous.observed_connection_ref);
     }
 }
