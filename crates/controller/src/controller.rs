@@ -367,7 +367,7 @@ async fn run_controllers(
         intervals: config.intervals,
         limits: config.limits,
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
-        throttled: Default::default(),
+        streaks: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),
@@ -413,8 +413,9 @@ async fn run_controllers(
         });
         tasks.push(Box::pin(secrets.for_each(|_| async {})));
 
-        // Connections: feed the cache, re-queue their users, and drive their finalizer.
-        let (s, idx) = (senders.clone(), index.clone());
+        // Connections: feed the cache, re-queue their users on spec changes (not on the
+        // finalizer's own writes or status), and drive their finalizer.
+        let (s, idx, spec_changes) = (senders.clone(), index.clone(), SpecChanges::default());
         let connections = watcher::watcher(
             api::<Connection>(&client, scope),
             watcher::Config::default(),
@@ -422,7 +423,7 @@ async fn run_controllers(
         .default_backoff()
         .reflect(writers.connections)
         .inspect_ok(move |ev| {
-            for c in objects(ev) {
+            for c in spec_changes.changed(ev) {
                 let key = ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
                 s.workers(idx.users(&key));
             }

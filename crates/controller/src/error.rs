@@ -192,6 +192,53 @@ pub struct Verdict {
     pub warning: bool,
 }
 
+/// Consecutive failed reconciles of one object, by kind; any other outcome resets both.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Streak {
+    /// Rate limited by Temporal, this one included.
+    pub rate_limited: u32,
+    /// Failed in a way that backs off ([`Retry::Backoff`]), this one included.
+    pub failed: u32,
+}
+
+impl Streak {
+    /// The streak after a reconcile that ended with `error` (None: it did not fail).
+    pub fn next(self, error: Option<&Error>) -> Streak {
+        match error {
+            None => Streak::default(),
+            Some(e) if e.is_rate_limited() => Streak {
+                rate_limited: self.rate_limited.saturating_add(1),
+                failed: 0,
+            },
+            Some(e) if e.verdict(0).retry == Retry::Backoff => Streak {
+                rate_limited: 0,
+                failed: self.failed.saturating_add(1),
+            },
+            Some(_) => Streak::default(),
+        }
+    }
+}
+
+/// The longest wait between retries of a failing object.
+pub const MAX_BACKOFF: Duration = Duration::from_secs(300);
+
+/// Exponential backoff: `base` after the first failure, doubling with each further one, at most
+/// [`MAX_BACKOFF`], plus up to a tenth of it as jitter (`jitter` in 0..1000 ‰) so that many
+/// objects failing together do not retry together.
+pub fn backoff(base: Duration, failures: u32, jitter: u32) -> Duration {
+    let doublings = failures.saturating_sub(1).min(16);
+    let delay = base.saturating_mul(1 << doublings).min(MAX_BACKOFF);
+    delay + delay / 10 * jitter.min(1000) / 1000
+}
+
+/// A jitter in 0..1000 from the clock (no random source needed for this).
+fn jitter() -> u32 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.subsec_millis())
+        .unwrap_or_default()
+}
+
 /// When to reconcile again after an error.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Retry {
@@ -199,24 +246,22 @@ pub enum Retry {
     Fast,
     /// At the steady poll: waiting for a person to fix a spec, a Secret or a connection.
     Steady,
-    /// After five fast polls: a failure that may pass.
+    /// After five fast polls, doubling with each consecutive failure of the object up to
+    /// [`MAX_BACKOFF`], jittered: a failure that may pass.
     Backoff,
     /// After a jittered half-minute or more: Temporal's rate limit.
     Throttled,
 }
 
 impl Retry {
-    /// The delay under `intervals`.
-    pub fn after(self, intervals: &Intervals) -> Duration {
+    /// The delay under `intervals`, for an object with `streak` (this failure included).
+    pub fn after(self, intervals: &Intervals, streak: Streak) -> Duration {
         match self {
             Retry::Fast => intervals.moving,
             Retry::Steady => intervals.steady,
-            Retry::Backoff => intervals.moving * 5,
+            Retry::Backoff => backoff(intervals.moving * 5, streak.failed, jitter()),
             Retry::Throttled => {
-                let jitter = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .map(|d| u64::from(d.subsec_millis()) * 15)
-                    .unwrap_or_default();
+                let jitter = u64::from(jitter()) * 15;
                 Duration::from_secs(30).max(intervals.steady / 2) + Duration::from_millis(jitter)
             }
         }
@@ -260,12 +305,15 @@ mod tests {
         for repeats in 1..=QUIET_RATE_LIMITS {
             let v = e.verdict(repeats);
             assert!(!v.warning);
-            assert_eq!(v.retry.after(&intervals()), Duration::from_secs(2));
+            assert_eq!(
+                v.retry.after(&intervals(), Streak::default()),
+                Duration::from_secs(2)
+            );
         }
         // Then it is a rate limit: reported, and backed off.
         let v = e.verdict(QUIET_RATE_LIMITS + 1);
         assert!(v.warning);
-        let wait = v.retry.after(&intervals());
+        let wait = v.retry.after(&intervals(), Streak::default());
         assert!(
             wait >= Duration::from_secs(30) && wait < Duration::from_secs(46),
             "{wait:?}"
@@ -293,7 +341,13 @@ mod tests {
             e.to_string(),
             "SetWorkerDeploymentCurrentVersion for d: ManagerIdentity 'x' is set"
         );
-        assert_eq!(v.retry.after(&intervals()), Duration::from_secs(10));
+        // A first failure waits five fast polls (plus at most a tenth as jitter).
+        let first = Streak::default().next(Some(&e));
+        let wait = v.retry.after(&intervals(), first);
+        assert!(
+            wait >= Duration::from_secs(10) && wait <= Duration::from_secs(11),
+            "{wait:?}"
+        );
     }
 
     #[test]
@@ -309,6 +363,52 @@ mod tests {
         assert_eq!(
             Error::TemporalDial("x".into()).reason(),
             reason::TEMPORAL_CLIENT_CREATION_FAILED
+        );
+    }
+
+    #[test]
+    fn failures_back_off_exponentially_up_to_a_cap_and_reset_on_success() {
+        let base = Duration::from_secs(10);
+        let waits: Vec<u64> = (1..=8).map(|n| backoff(base, n, 0).as_secs()).collect();
+        assert_eq!(waits, [10, 20, 40, 80, 160, 300, 300, 300]);
+        assert_eq!(
+            backoff(base, 3, 999).as_millis(),
+            43_996,
+            "at most a tenth more"
+        );
+        assert_eq!(backoff(base, u32::MAX, 0), MAX_BACKOFF);
+
+        let refused = Error::temporal(
+            Rpc::SetWorkerDeploymentCurrentVersion,
+            "for d",
+            &tonic::Status::failed_precondition("ManagerIdentity 'x' is set"),
+        );
+        let limited = Error::temporal(
+            Rpc::DescribeWorkerDeployment,
+            "d",
+            &tonic::Status::resource_exhausted("slow down"),
+        );
+        let mut s = Streak::default();
+        for _ in 0..3 {
+            s = s.next(Some(&refused));
+        }
+        assert_eq!(s.failed, 3);
+        let third = Retry::Backoff.after(&intervals(), s);
+        assert!(third >= Duration::from_secs(40), "{third:?}");
+        // A rate limit is its own streak; a success or a wait for a person resets both.
+        s = s.next(Some(&limited));
+        assert_eq!(
+            s,
+            Streak {
+                rate_limited: 1,
+                failed: 0
+            }
+        );
+        assert_eq!(s.next(None), Streak::default());
+        let s = Streak::default().next(Some(&refused));
+        assert_eq!(
+            s.next(Some(&Error::InvalidSpec("x".into()))),
+            Streak::default()
         );
     }
 }

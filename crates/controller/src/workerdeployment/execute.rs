@@ -65,46 +65,37 @@ pub struct Applied {
     pub error: Option<Error>,
 }
 
-/// Carries out `plan` for `wd` through `temporal` and connection `conn`; `gate_input` is what
-/// was read for the gate runs the plan starts.
-pub async fn execute(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    temporal: &WorkerDeploymentRef<'_>,
-    conn: &ConnectionSpec,
-    plan: &Plan,
-    gate_input: Result<Option<GateInput>>,
-    observed: &Observed,
-) -> Applied {
+/// What execution works from.
+pub struct Inputs<'a> {
+    pub wd: &'a WorkerDeployment,
+    /// The worker deployment in Temporal, written to as the controller.
+    pub temporal: WorkerDeploymentRef<'a>,
+    /// The connection the versioned Deployments are rendered for.
+    pub conn: &'a ConnectionSpec,
+    pub plan: &'a Plan,
+    pub observed: &'a Observed,
+    /// What was read for the gate runs the plan starts.
+    pub gate_input: Result<Option<GateInput>>,
+}
+
+/// Carries out the plan; what went through is recorded even when a write fails.
+pub async fn execute(ctx: &Context, inputs: Inputs<'_>) -> Applied {
     let mut applied = Applied::default();
-    if let Err(e) = run(
-        wd,
-        ctx,
-        temporal,
-        conn,
-        plan,
-        gate_input,
-        observed,
-        &mut applied,
-    )
-    .await
-    {
+    if let Err(e) = run(ctx, inputs, &mut applied).await {
         applied.error = Some(e);
     }
     applied
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    temporal: &WorkerDeploymentRef<'_>,
-    conn: &ConnectionSpec,
-    plan: &Plan,
-    gate_input: Result<Option<GateInput>>,
-    observed: &Observed,
-    applied: &mut Applied,
-) -> Result<()> {
+async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result<()> {
+    let Inputs {
+        wd,
+        temporal,
+        conn,
+        plan,
+        observed,
+        gate_input,
+    } = inputs;
     let ns = wd.namespace().unwrap_or_default();
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
     for d in &plan.apply {
@@ -166,7 +157,7 @@ async fn run(
     }
     // The gate's input was read before execution; unreadable, it stops here (the target's
     // routing waits for its gate anyway).
-    start_gates(wd, temporal, plan, gate_input?.as_ref(), applied).await;
+    start_gates(wd, &temporal, plan, gate_input?.as_ref(), applied).await;
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
         // other refusal just means "later".

@@ -28,7 +28,7 @@ use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus
 
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores};
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, Retry, Streak};
 use crate::metrics;
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::Scoped;
@@ -58,8 +58,8 @@ pub struct Context {
     pub limits: Limits,
     /// WorkerDeployments triggered and waiting for their reconcile (a metric).
     pub queue: metrics::WorkQueue,
-    /// Consecutive rate-limited reconciles per WorkerDeployment (`namespace/name`).
-    pub throttled: Mutex<HashMap<String, u32>>,
+    /// Consecutive failed reconciles per WorkerDeployment (`namespace/name`).
+    pub streaks: Mutex<HashMap<String, Streak>>,
 }
 
 impl Context {
@@ -68,20 +68,22 @@ impl Context {
         self.pool.identity()
     }
 
-    /// Counts consecutive rate-limited reconciles of `wd` (reset by any other outcome).
-    fn throttled(&self, wd: &WorkerDeployment, limited: bool) -> u32 {
-        let Ok(mut counts) = self.throttled.lock() else {
-            return u32::MAX;
+    /// Records how a reconcile of `wd` ended; returns its failure streak, this one included.
+    fn streak(&self, wd: &WorkerDeployment, error: Option<&Error>) -> Streak {
+        let Ok(mut streaks) = self.streaks.lock() else {
+            return Streak {
+                rate_limited: u32::MAX,
+                failed: u32::MAX,
+            };
         };
         let key = key(wd);
-        if limited {
-            let n = counts.entry(key).or_default();
-            *n = n.saturating_add(1);
-            *n
+        let next = streaks.get(&key).copied().unwrap_or_default().next(error);
+        if next == Streak::default() {
+            streaks.remove(&key);
         } else {
-            counts.remove(&key);
-            0
+            streaks.insert(key, next);
         }
+        next
     }
 
     pub(crate) async fn event(
@@ -106,9 +108,10 @@ pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
 }
 
 /// The error policy: only a failed status or finalizer write gets here; back off.
-pub fn error_policy(_wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
     tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
-    Action::requeue(ctx.intervals.moving * 5)
+    let streak = ctx.streak(&wd, Some(error));
+    Action::requeue(Retry::Backoff.after(&ctx.intervals, streak))
 }
 
 async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
@@ -134,7 +137,10 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
 async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     metrics::global().forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
     match cleanup::cleanup(wd, ctx).await {
-        Ok(action) => Ok(action),
+        Ok(action) => {
+            ctx.streak(wd, None);
+            Ok(action)
+        }
         Err(e) => {
             // Deleting now could leave Temporal routing new workflows to versions whose
             // workers are gone; wait, and say how to get out.
@@ -148,7 +154,10 @@ async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
                     ),
                 )
                 .await;
-            Ok(Action::requeue(ctx.intervals.moving * 5))
+            let streak = ctx.streak(wd, Some(&e));
+            Ok(Action::requeue(
+                Retry::Backoff.after(&ctx.intervals, streak),
+            ))
         }
     }
 }
@@ -163,7 +172,7 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         Ok(p) => p.applied.error.as_ref(),
         Err(e) => Some(e),
     };
-    let repeats = ctx.throttled(wd, failure.is_some_and(Error::is_rate_limited));
+    let streak = ctx.streak(wd, failure);
     let outcome = match &pass {
         Ok(
             p @ Pass {
@@ -181,13 +190,13 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         })
         | Err(e) => Outcome::Failed {
             error: e,
-            verdict: e.verdict(repeats),
+            verdict: e.verdict(streak.rate_limited),
         },
     };
     let requeue = match &outcome {
         Outcome::Executed { plan, .. } if plan.moving => ctx.intervals.moving,
         Outcome::Executed { .. } => ctx.intervals.steady,
-        Outcome::Failed { verdict, .. } => verdict.retry.after(&ctx.intervals),
+        Outcome::Failed { verdict, .. } => verdict.retry.after(&ctx.intervals, streak),
     };
 
     let mut notes = Vec::new();
@@ -251,13 +260,15 @@ async fn pipeline(
         observe::gate_input(wd, &ctx.client).await
     };
     let applied = execute::execute(
-        wd,
         ctx,
-        &temporal.target(wd, ctx.identity()),
-        &resolved.spec,
-        &plan,
-        gate_input,
-        &observed,
+        execute::Inputs {
+            wd,
+            temporal: temporal.target(wd, ctx.identity()),
+            conn: &resolved.spec,
+            plan: &plan,
+            observed: &observed,
+            gate_input,
+        },
     )
     .await;
     Ok(Pass {
