@@ -29,7 +29,7 @@ use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, l
 
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
-use crate::scoped::Scoped;
+use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
 use crate::workerdeployment;
 
@@ -356,6 +356,23 @@ async fn run_controllers(
             instance: None,
         },
     );
+    // One task waits for every cache the WorkerDeployment reconciles read, then opens their gate.
+    let (synced, open) = {
+        let (stores, cluster) = (stores.clone(), stores.cluster_connections.clone());
+        let deployments = scoped(&caches, |c| &c.deployments);
+        let secrets = scoped(&caches, |c| &c.secrets);
+        let templates = scoped(&caches, |c| &c.templates);
+        Synced::after(async move {
+            stores.connections.wait_until_ready().await;
+            if let Some(cluster) = cluster {
+                let _ = cluster.wait_until_ready().await;
+            }
+            deployments.wait_until_ready().await;
+            secrets.wait_until_ready().await;
+            templates.wait_until_ready().await;
+            tracing::debug!("watch caches filled");
+        })
+    };
     let ctx = Arc::new(workerdeployment::Context {
         client: client.clone(),
         pool,
@@ -367,6 +384,7 @@ async fn run_controllers(
         intervals: config.intervals,
         limits: config.limits,
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
+        synced,
         streaks: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
@@ -375,7 +393,7 @@ async fn run_controllers(
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
     let discovery = crate::wrt::Discovery::default();
-    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
+    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![Box::pin(open)];
 
     for cache in &mut caches {
         let scope = &cache.scope;
@@ -514,8 +532,17 @@ async fn run_controllers(
             let queue = queue.clone();
             move |wd: &WorkerDeployment| queue(&wd.namespace().unwrap_or_default(), &wd.name_any())
         });
+        let (wrt_synced, open) = {
+            let (wds, deployments) = (wd_reader.clone(), cache.deployments.clone());
+            Synced::after(async move {
+                let _ = wds.wait_until_ready().await;
+                let _ = deployments.wait_until_ready().await;
+            })
+        };
+        tasks.push(Box::pin(open));
         let wrt_ctx = Arc::new(crate::wrt::Context {
             client: client.clone(),
+            synced: wrt_synced,
             worker_deployments: wd_reader.clone(),
             deployments: cache.deployments.clone(),
             recorder: ctx.recorder.clone(),

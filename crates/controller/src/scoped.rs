@@ -38,6 +38,14 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Scoped<K> {
             .get(&ObjectRef::new(name).within(namespace))
     }
 
+    /// Waits until every store has been filled by its first list (a store whose watch is gone
+    /// counts as ready: nothing more will come). One waiter per store at a time: see [`Synced`].
+    pub async fn wait_until_ready(&self) {
+        for (_, store) in &self.stores {
+            let _ = store.wait_until_ready().await;
+        }
+    }
+
     /// Every cached object in `namespace`.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {
         self.store_for(namespace)
@@ -48,5 +56,33 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Scoped<K> {
                     .collect()
             })
             .unwrap_or_default()
+    }
+}
+
+/// A gate that opens once every watch cache behind it has been filled by its first list, for
+/// any number of waiters. (A store's own `wait_until_ready` wakes only the last of several
+/// tasks waiting on it, so reconciles must not wait on the stores themselves.)
+#[derive(Clone)]
+pub struct Synced(tokio::sync::watch::Receiver<bool>);
+
+impl Synced {
+    /// The gate, and the future that opens it once `filled` completes (run it as a task).
+    pub fn after(
+        filled: impl std::future::Future<Output = ()> + Send + 'static,
+    ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
+        let (tx, rx) = tokio::sync::watch::channel(false);
+        let open = async move {
+            filled.await;
+            let _ = tx.send(true);
+            // Keep the sender: a dropped one would read as "closed", not "open".
+            std::future::pending::<()>().await;
+        };
+        (Self(rx), open)
+    }
+
+    /// Waits until the gate is open.
+    pub async fn wait(&self) {
+        let mut rx = self.0.clone();
+        let _ = rx.wait_for(|open| *open).await;
     }
 }

@@ -31,7 +31,7 @@ use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
 use crate::metrics;
 use crate::plan::{self, Observed, Plan};
-use crate::scoped::Scoped;
+use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
 use crate::writes::{self, Swap};
 use execute::Applied;
@@ -58,6 +58,8 @@ pub struct Context {
     pub limits: Limits,
     /// WorkerDeployments triggered and waiting for their reconcile (a metric).
     pub queue: metrics::WorkQueue,
+    /// Open once every watch cache a reconcile reads has been filled.
+    pub synced: Synced,
     /// Consecutive failed reconciles per WorkerDeployment (`namespace/name`).
     pub streaks: Mutex<HashMap<String, Streak>>,
 }
@@ -115,6 +117,10 @@ pub fn error_policy(wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>)
 }
 
 async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    // Right after a start or a leadership gain a cache still filling reads as "not there": a
+    // Connection "not found" would skip the cleanup of a deletion, a Deployment not yet seen
+    // would be created again, a scaler not yet seen would have its replicas written over.
+    ctx.synced.wait().await;
     if wd.metadata.deletion_timestamp.is_some() {
         return delete(&wd, &ctx).await;
     }

@@ -83,6 +83,8 @@ impl Discovery {
 /// What the reconciler needs (one per watched scope: its caches are the scope's).
 pub struct Context {
     pub client: Client,
+    /// Open once the WorkerDeployment and Deployment caches below have been filled.
+    pub synced: crate::scoped::Synced,
     pub worker_deployments: Store<WorkerDeployment>,
     pub deployments: Store<Deployment>,
     pub recorder: Recorder,
@@ -121,8 +123,7 @@ async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Act
         return Ok(Action::await_change());
     }
     // A WorkerDeployment not yet in a cache that is still filling is not "not found".
-    let _ = ctx.worker_deployments.wait_until_ready().await;
-    let _ = ctx.deployments.wait_until_ready().await;
+    ctx.synced.wait().await;
     let (observed, resource) = observe(&wrt, &ctx).await;
     let plan = plan::plan(&wrt, &observed);
     let outcome = execute(&wrt, &ctx, &plan, resource.as_ref()).await;
