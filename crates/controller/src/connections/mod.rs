@@ -112,13 +112,11 @@ pub async fn temporal_client(
         })
     };
     let names = secret_names(spec);
-    let mut key = PoolKey {
-        host_port: spec.host_port.clone(),
-        tls_server_name: spec.tls_server_name().map(str::to_string),
-        temporal_namespace: temporal_namespace.to_string(),
-        auth_mode: spec.auth_mode(),
-        secrets: names.iter().filter_map(|n| cached_version(n)).collect(),
-    };
+    let mut key = PoolKey::new(
+        spec,
+        temporal_namespace,
+        names.iter().filter_map(|n| cached_version(n)).collect(),
+    );
     let now = SystemTime::now();
     if key.secrets.len() == names.len()
         && let Some(conn) = pool.get(&key, now)

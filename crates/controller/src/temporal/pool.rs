@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use temporalio_client::{
     ClientTlsOptions, Connection, ConnectionOptions, RetryOptions, TlsOptions, Url,
 };
-use twc_api::AuthMode;
+use twc_api::{AuthMode, ConnectionSpec};
 
 use crate::connections::auth::{Auth, Credentials};
 
@@ -30,8 +30,29 @@ pub struct PoolKey {
     pub tls_server_name: Option<String>,
     pub temporal_namespace: String,
     pub auth_mode: AuthMode,
+    /// The key of the credential Secret the API key is read from (two connections may use
+    /// different keys of one Secret).
+    pub credential_key: Option<String>,
     /// The credential Secret and the CA Secret, if any.
     pub secrets: Vec<SecretVersion>,
+}
+
+impl PoolKey {
+    /// The key of a client for `spec` in `temporal_namespace`, built from `secrets`.
+    pub fn new(
+        spec: &ConnectionSpec,
+        temporal_namespace: &str,
+        secrets: Vec<SecretVersion>,
+    ) -> Self {
+        Self {
+            host_port: spec.host_port.clone(),
+            tls_server_name: spec.tls_server_name().map(str::to_string),
+            temporal_namespace: temporal_namespace.to_string(),
+            auth_mode: spec.auth_mode(),
+            credential_key: spec.api_key_secret_ref.as_ref().map(|r| r.key.clone()),
+            secrets,
+        }
+    }
 }
 
 struct Entry {
@@ -93,15 +114,26 @@ impl ClientPool {
             .lock()
             .map(|mut d| d.entry(key.clone()).or_default().clone())
             .unwrap_or_default();
-        let _turn = gate.lock().await;
-        if let Some(conn) = self.get(&key, SystemTime::now()) {
+        let turn = gate.lock().await;
+        let result = self.dial_now(&key, auth).await;
+        drop(turn);
+        drop(gate);
+        // Forget the turns nobody waits for, this one included, whether the dial worked or not.
+        if let Ok(mut dialing) = self.dialing.lock() {
+            dialing.retain(|_, gate| Arc::strong_count(gate) > 1);
+        }
+        result
+    }
+
+    async fn dial_now(&self, key: &PoolKey, auth: &Auth) -> Result<Connection, String> {
+        if let Some(conn) = self.get(key, SystemTime::now()) {
             return Ok(conn);
         }
-        let dialed = dial(&key, auth, &self.identity).await;
+        let dialed = dial(key, auth, &self.identity).await;
         crate::metrics::global().dialed(dialed.is_ok());
         let connection = dialed?;
         if let Ok(mut entries) = self.entries.lock() {
-            entries.retain(|k, _| !same_client_older_secret(k, &key));
+            entries.retain(|k, _| !same_client_older_secret(k, key));
             entries.insert(
                 key.clone(),
                 Entry {
@@ -109,9 +141,6 @@ impl ClientPool {
                     redial_at: auth.redial_at(),
                 },
             );
-        }
-        if let Ok(mut dialing) = self.dialing.lock() {
-            dialing.retain(|_, gate| Arc::strong_count(gate) > 1);
         }
         Ok(connection)
     }
@@ -128,6 +157,7 @@ fn same_client_older_secret(old: &PoolKey, new: &PoolKey) -> bool {
     old != new
         && old.host_port == new.host_port
         && old.temporal_namespace == new.temporal_namespace
+        && old.credential_key == new.credential_key
         && old.secrets.len() == new.secrets.len()
         && old
             .secrets
@@ -182,4 +212,55 @@ async fn dial(key: &PoolKey, auth: &Auth, identity: &str) -> Result<Connection, 
     )
     .await
     .map_err(|e| format!("cannot connect to Temporal at {}: {e}", key.host_port))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::connections::auth::{Auth, Credentials};
+
+    fn api_key_spec(key: &str) -> ConnectionSpec {
+        serde_json::from_value(serde_json::json!({
+            "hostPort": "127.0.0.1:1",
+            "apiKeySecretRef": {"name": "keys", "key": key}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn version(rv: &str) -> Vec<SecretVersion> {
+        vec![SecretVersion {
+            namespace: "team-a".into(),
+            name: "keys".into(),
+            resource_version: rv.into(),
+        }]
+    }
+
+    #[test]
+    fn two_keys_of_one_secret_are_two_clients() {
+        let a = PoolKey::new(&api_key_spec("team-a"), "default", version("1"));
+        let b = PoolKey::new(&api_key_spec("team-b"), "default", version("1"));
+        assert_ne!(
+            a, b,
+            "a client dialled with one key must not serve the other"
+        );
+        // Neither is "the same client with an older Secret" of the other: both stay pooled.
+        assert!(!same_client_older_secret(&a, &b));
+        let newer = PoolKey::new(&api_key_spec("team-a"), "default", version("2"));
+        assert!(same_client_older_secret(&a, &newer));
+    }
+
+    #[tokio::test]
+    async fn a_failed_dial_leaves_nothing_behind() {
+        let pool = ClientPool::new("twc/test");
+        let key = PoolKey::new(&api_key_spec("k"), "default", version("1"));
+        let auth = Auth {
+            credentials: Credentials::None,
+            ca_pem: None,
+        };
+        // Nothing listens on port 1.
+        assert!(pool.dial(key.clone(), &auth).await.is_err());
+        assert!(pool.keys().is_empty());
+        let turns = pool.dialing.lock().map(|d| d.len()).unwrap_or(usize::MAX);
+        assert_eq!(turns, 0, "the dial's turn is forgotten");
+    }
 }
