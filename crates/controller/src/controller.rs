@@ -356,19 +356,24 @@ async fn run_controllers(
             instance: None,
         },
     );
+    let deployments = scoped(&caches, |c| &c.deployments);
+    let secret_meta = scoped(&caches, |c| &c.secrets);
+    let templates = scoped(&caches, |c| &c.templates);
     // One task waits for every cache the WorkerDeployment reconciles read, then opens their gate.
     let (synced, open) = {
-        let (stores, cluster) = (stores.clone(), stores.cluster_connections.clone());
-        let deployments = scoped(&caches, |c| &c.deployments);
-        let secrets = scoped(&caches, |c| &c.secrets);
-        let templates = scoped(&caches, |c| &c.templates);
+        let (stores, deployments, secret_meta, templates) = (
+            stores.clone(),
+            deployments.clone(),
+            secret_meta.clone(),
+            templates.clone(),
+        );
         Synced::after(async move {
             stores.connections.wait_until_ready().await;
-            if let Some(cluster) = cluster {
+            if let Some(cluster) = &stores.cluster_connections {
                 let _ = cluster.wait_until_ready().await;
             }
             deployments.wait_until_ready().await;
-            secrets.wait_until_ready().await;
+            secret_meta.wait_until_ready().await;
             templates.wait_until_ready().await;
             tracing::debug!("watch caches filled");
         })
@@ -377,9 +382,9 @@ async fn run_controllers(
         client: client.clone(),
         pool,
         stores: stores.clone(),
-        deployments: scoped(&caches, |c| &c.deployments),
-        secret_meta: scoped(&caches, |c| &c.secrets),
-        templates: scoped(&caches, |c| &c.templates),
+        deployments,
+        secret_meta,
+        templates,
         recorder,
         intervals: config.intervals,
         limits: config.limits,

@@ -73,9 +73,8 @@ impl Synced {
         let (tx, rx) = tokio::sync::watch::channel(false);
         let open = async move {
             filled.await;
+            // Waiters read the value before the sender's end: dropping it after is fine.
             let _ = tx.send(true);
-            // Keep the sender: a dropped one would read as "closed", not "open".
-            std::future::pending::<()>().await;
         };
         (Self(rx), open)
     }

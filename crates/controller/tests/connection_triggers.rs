@@ -14,16 +14,6 @@ use twc_api::Connection;
 const USERS: usize = 3;
 const ROLLOUT: Duration = Duration::from_secs(90);
 
-/// The WorkerDeployment reconciles this process has run.
-fn wd_reconciles() -> u64 {
-    let text = twc_controller::metrics::global().encode();
-    text.lines()
-        .find(|l| l.starts_with("twc_reconcile_total{controller=\"WorkerDeployment\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_spec_changes_of_a_connection_requeue_its_users() -> TestResult {
     let w = world(true).await?;
@@ -42,7 +32,7 @@ async fn only_spec_changes_of_a_connection_requeue_its_users() -> TestResult {
     tokio::time::sleep(Duration::from_secs(2)).await;
 
     let api: Api<Connection> = Api::namespaced(client.clone(), &ns);
-    let before = wd_reconciles();
+    let before = reconciles("WorkerDeployment");
     for i in 0..10 {
         // Metadata only, like the controller's own finalizer writes.
         api.patch(
@@ -54,7 +44,7 @@ async fn only_spec_changes_of_a_connection_requeue_its_users() -> TestResult {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let after_touches = wd_reconciles() - before;
+    let after_touches = reconciles("WorkerDeployment") - before;
     // Three seconds at a 5 s steady poll: at most one resync per user, plus slack.
     assert!(
         after_touches <= 2 * USERS as u64,
@@ -62,7 +52,7 @@ async fn only_spec_changes_of_a_connection_requeue_its_users() -> TestResult {
     );
 
     // A spec change re-queues every user at once.
-    let before = wd_reconciles();
+    let before = reconciles("WorkerDeployment");
     let mut c = api.get("c").await?;
     c.spec.host_port = c.spec.host_port.replace("127.0.0.1", "localhost");
     api.patch(
@@ -72,7 +62,7 @@ async fn only_spec_changes_of_a_connection_requeue_its_users() -> TestResult {
     )
     .await?;
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let after_spec = wd_reconciles() - before;
+    let after_spec = reconciles("WorkerDeployment") - before;
     assert!(
         after_spec >= USERS as u64,
         "only {after_spec} reconciles of {USERS} users after a spec change of their connection"

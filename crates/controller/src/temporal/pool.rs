@@ -1,5 +1,6 @@
 //! A pool of Temporal connections, keyed by everything that makes two clients different:
-//! address, TLS server name, Temporal namespace, auth mode, and the namespace, name and
+//! address, TLS server name, Temporal namespace, auth mode, the API key's Secret key, and the
+//! namespace, name and
 //! resourceVersion of every Secret the credentials came from. Two tenants behind one
 //! ClusterConnection therefore never share a client, and a changed Secret gets a new one.
 

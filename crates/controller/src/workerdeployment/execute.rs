@@ -215,21 +215,20 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
 /// Server-side applies a versioned Deployment.
 async fn apply(api: &Api<Deployment>, d: &Deployment) -> Result<()> {
     let name = d.name_any();
-    let ns = d.namespace().unwrap_or_default();
-    let failed = |message: String| Error::KubeWrite {
-        what: format!("apply Deployment {ns}/{name}"),
-        message,
-    };
-    let mut body = serde_json::to_value(d).map_err(|e| failed(e.to_string()))?;
+    let what = format!(
+        "apply Deployment {}/{name}",
+        d.namespace().unwrap_or_default()
+    );
+    let mut body = serde_json::to_value(d).map_err(|e| Error::KubeWrite {
+        what: what.clone(),
+        message: e.to_string(),
+    })?;
     body["apiVersion"] = json!("apps/v1");
     body["kind"] = json!("Deployment");
-    api.patch(
-        &name,
-        &PatchParams::apply(MANAGER).force(),
-        &Patch::Apply(&body),
-    )
-    .await
-    .map_err(|e| Error::kube_write(format!("apply Deployment {ns}/{name}"), &e))?;
+    let params = PatchParams::apply(MANAGER).force();
+    api.patch(&name, &params, &Patch::Apply(&body))
+        .await
+        .map_err(|e| Error::kube_write(what, &e))?;
     Ok(())
 }
 

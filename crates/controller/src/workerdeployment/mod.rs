@@ -150,15 +150,11 @@ async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         Err(e) => {
             // Deleting now could leave Temporal routing new workflows to versions whose
             // workers are gone; wait, and say how to get out.
-            ctx.event(
-                    wd,
-                    EventType::Warning,
-                    "CleanupBlocked",
-                    format!(
-                        "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
-                        e.reason()
-                    ),
-                )
+            let note = format!(
+                "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
+                e.reason()
+            );
+            ctx.event(wd, EventType::Warning, "CleanupBlocked", note)
                 .await;
             let streak = ctx.streak(wd, Some(&e));
             Ok(Action::requeue(

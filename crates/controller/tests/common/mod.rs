@@ -307,6 +307,19 @@ impl SharedConnection {
     }
 }
 
+/// The reconciles of `controller` ("WorkerDeployment", ...) this test process has run, from the
+/// controller's own metric.
+pub fn reconciles(controller: &str) -> u64 {
+    let prefix = format!("twc_reconcile_total{{controller=\"{controller}\"}}");
+    twc_controller::metrics::global()
+        .encode()
+        .lines()
+        .find(|l| l.starts_with(&prefix))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
 pub fn from_json<T: serde::de::DeserializeOwned>(v: Value) -> T {
     serde_json::from_value(v).unwrap_or_else(|e| panic!("fixture does not parse: {e}"))
 }

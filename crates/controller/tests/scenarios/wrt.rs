@@ -519,16 +519,6 @@ pub async fn wrt_apply_failure(w: &'static World) {
     wait_applied(&s, "zero-hpa", &[&build]).await;
 }
 
-/// The number of WorkerResourceTemplate reconciles this process has run.
-fn wrt_reconciles() -> u64 {
-    let text = twc_controller::metrics::global().encode();
-    text.lines()
-        .find(|l| l.starts_with("twc_reconcile_total{controller=\"WorkerResourceTemplate\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
-}
-
 /// `wrt-ssa-idempotency`: more reconciles leave the HPA untouched (same resourceVersion, one
 /// owner reference), and there is one HPA per build ID.
 pub async fn wrt_ssa_idempotency(w: &'static World) {
@@ -539,7 +529,7 @@ pub async fn wrt_ssa_idempotency(w: &'static World) {
     let wrt_before = wait_applied(&s, "idempotent-hpa", &[&build]).await;
     let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(s.client.clone(), &s.ns);
     let before = hpas.get(&name).await.unwrap_or_else(|e| panic!("{e}"));
-    let reconciles = wrt_reconciles();
+    let reconciles = crate::common::reconciles("WorkerResourceTemplate");
     // TWC pokes the WorkerDeployment; here the template is also resynced every
     // `intervals.steady` (5 s in tests).
     s.wds()
@@ -551,7 +541,10 @@ pub async fn wrt_ssa_idempotency(w: &'static World) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::sleep(Duration::from_secs(7)).await;
-    assert!(wrt_reconciles() > reconciles, "no reconcile ran");
+    assert!(
+        crate::common::reconciles("WorkerResourceTemplate") > reconciles,
+        "no reconcile ran"
+    );
     let after = hpas.get(&name).await.unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(after.resource_version(), before.resource_version());
     assert_eq!(
