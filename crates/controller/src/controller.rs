@@ -391,6 +391,7 @@ async fn run_controllers(
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
         synced,
         streaks: Default::default(),
+        own: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),
@@ -554,6 +555,7 @@ async fn run_controllers(
             discovery: discovery.clone(),
             allowed_kinds: config.wrt_allowed_kinds.clone(),
             resync: config.intervals.steady,
+            own: Default::default(),
         });
         let triggered = UnboundedReceiverStream::new(writers.wd_rx).inspect(
             move |r: &ObjectRef<WorkerDeployment>| {

@@ -1,7 +1,9 @@
 //! The writes every reconciler shares: Events, status by server-side apply, and
 //! compare-and-swap patches of metadata (finalizers, owner references). One field manager.
 
+use std::collections::HashMap;
 use std::fmt::Debug;
+use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::{Event, EventType, Recorder};
@@ -35,12 +37,12 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
 }
 
 /// Writes the whole `status` of `name` with server-side apply (our field manager owns what it
-/// sends); an object deleted meanwhile is fine.
+/// sends) and returns the object as written; an object deleted meanwhile is fine (`None`).
 pub async fn apply_status<K>(
     api: &Api<K>,
     name: &str,
     status: &impl Serialize,
-) -> Result<(), kube::Error>
+) -> Result<Option<K>, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
@@ -57,17 +59,107 @@ where
         )
         .await
     {
-        Ok(_) => Ok(()),
-        Err(kube::Error::Api(s)) if s.code == 404 => Ok(()),
+        Ok(written) => Ok(Some(written)),
+        Err(kube::Error::Api(s)) if s.code == 404 => Ok(None),
         Err(e) => Err(e),
     }
 }
 
+/// The objects this controller wrote whose write the watch cache has not shown yet.
+///
+/// A reconcile that follows its own status write closely (a trigger that arrived meanwhile, a
+/// short requeue) can be handed the cached copy from before that write. Computed from it, the
+/// status would lose what was just written: transition times restart, events derived from
+/// the status change are published twice. So each write is remembered with the
+/// resourceVersions it replaced, and [`OwnWrites::freshest`] hands out the written copy while
+/// the cache still holds one of those. Only this process's own writes are remembered; a copy
+/// the cache has moved past is dropped on the next look.
+pub struct OwnWrites<K> {
+    memos: Mutex<HashMap<String, Memo<K>>>,
+}
+
+struct Memo<K> {
+    /// The resourceVersions the write replaced (the cached copy it was computed from, and any
+    /// earlier write of ours still unseen).
+    older: Vec<String>,
+    written: Arc<K>,
+}
+
+impl<K> Default for OwnWrites<K> {
+    fn default() -> Self {
+        Self {
+            memos: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+impl<K: Resource> OwnWrites<K> {
+    /// `cached`, or the copy this process wrote after it when the cache has not caught up.
+    pub fn freshest(&self, cached: Arc<K>) -> Arc<K> {
+        let (Some(uid), Ok(mut memos)) = (cached.meta().uid.clone(), self.memos.lock()) else {
+            return cached;
+        };
+        let Some(memo) = memos.get(&uid) else {
+            return cached;
+        };
+        if cached
+            .meta()
+            .resource_version
+            .as_ref()
+            .is_some_and(|rv| memo.older.contains(rv))
+        {
+            return memo.written.clone();
+        }
+        memos.remove(&uid);
+        cached
+    }
+
+    /// Remembers that `from` (the copy a reconcile read) was replaced by `written`.
+    pub fn wrote(&self, from: &K, written: K) {
+        let (Some(uid), Ok(mut memos)) = (from.meta().uid.clone(), self.memos.lock()) else {
+            return;
+        };
+        let mut older = memos.remove(&uid).map_or_else(Vec::new, |m| {
+            let mut older = m.older;
+            older.extend(m.written.meta().resource_version.clone());
+            older
+        });
+        older.extend(from.meta().resource_version.clone());
+        older.sort();
+        older.dedup();
+        older.retain(|rv| Some(rv) != written.meta().resource_version.as_ref());
+        memos.insert(
+            uid,
+            Memo {
+                older,
+                written: Arc::new(written),
+            },
+        );
+    }
+
+    /// Forgets `obj` (it is gone, or its last reconcile ended).
+    pub fn forget(&self, obj: &K) {
+        if let (Some(uid), Ok(mut memos)) = (obj.meta().uid.as_ref(), self.memos.lock()) {
+            memos.remove(uid);
+        }
+    }
+
+    /// How many objects are remembered (a bound the tests check).
+    pub fn len(&self) -> usize {
+        self.memos.lock().map_or(0, |m| m.len())
+    }
+
+    /// Whether nothing is remembered.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// How a compare-and-swap write ended.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Swap {
-    /// Written: the change comes back as a watch event.
-    Written,
+#[derive(Clone, Debug)]
+pub enum Swap<K> {
+    /// Written (the object as written): the change comes back as a watch event.
+    Written(Box<K>),
     /// The object is gone.
     Gone,
     /// The object changed since it was read (a stale cached copy): recompute from the new one.
@@ -81,7 +173,7 @@ pub async fn swap_metadata<K>(
     obj: &K,
     field: &str,
     value: serde_json::Value,
-) -> Result<Swap, kube::Error>
+) -> Result<Swap<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -97,7 +189,7 @@ where
         )
         .await
     {
-        Ok(_) => Ok(Swap::Written),
+        Ok(written) => Ok(Swap::Written(Box::new(written))),
         Err(kube::Error::Api(s)) if s.code == 404 => Ok(Swap::Gone),
         Err(kube::Error::Api(s)) if s.code == 409 => Ok(Swap::Stale),
         Err(e) => Err(e),
@@ -109,7 +201,7 @@ pub async fn swap_finalizers<K>(
     api: &Api<K>,
     obj: &K,
     finalizers: Vec<String>,
-) -> Result<Swap, kube::Error>
+) -> Result<Swap<K>, kube::Error>
 where
     K: Resource + Clone + DeserializeOwned + Debug,
 {
@@ -122,4 +214,67 @@ where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>,
 {
     Api::namespaced(client.clone(), &obj.namespace().unwrap_or_default())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twc_api::WorkerDeployment;
+
+    fn copy(rv: &str, note: &str) -> WorkerDeployment {
+        let mut wd = WorkerDeployment::new("w", Default::default());
+        wd.metadata.uid = Some("uid-1".into());
+        wd.metadata.resource_version = Some(rv.into());
+        wd.metadata.annotations = Some([("note".to_string(), note.to_string())].into());
+        wd
+    }
+
+    fn note(wd: &WorkerDeployment) -> &str {
+        wd.annotations().get("note").map_or("", String::as_str)
+    }
+
+    #[test]
+    fn a_cache_behind_our_write_yields_the_written_copy() {
+        let own = OwnWrites::default();
+        let read = copy("10", "read");
+        own.wrote(&read, copy("11", "written"));
+        assert_eq!(note(&own.freshest(Arc::new(read))), "written");
+        // The cache caught up: its copy, and the memo is gone.
+        assert_eq!(
+            note(&own.freshest(Arc::new(copy("11", "cached")))),
+            "cached"
+        );
+        assert!(own.is_empty());
+    }
+
+    #[test]
+    fn a_cache_past_our_write_wins() {
+        let own = OwnWrites::default();
+        own.wrote(&copy("10", "read"), copy("11", "written"));
+        // Someone else wrote after us.
+        assert_eq!(
+            note(&own.freshest(Arc::new(copy("12", "theirs")))),
+            "theirs"
+        );
+        assert!(own.is_empty());
+    }
+
+    #[test]
+    fn writes_in_a_row_remember_every_copy_they_replaced() {
+        let own = OwnWrites::default();
+        let read = copy("10", "read");
+        // Owner references, then the status, both computed from the copy at 10.
+        own.wrote(&read, copy("11", "owners"));
+        own.wrote(&read, copy("12", "status"));
+        for rv in ["10", "11"] {
+            assert_eq!(note(&own.freshest(Arc::new(copy(rv, "stale")))), "status");
+        }
+        // A later reconcile computed from the written copy writes again.
+        own.wrote(&copy("12", "status"), copy("13", "again"));
+        for rv in ["10", "11", "12"] {
+            assert_eq!(note(&own.freshest(Arc::new(copy(rv, "stale")))), "again");
+        }
+        own.forget(&read);
+        assert!(own.is_empty());
+    }
 }

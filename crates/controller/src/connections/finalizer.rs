@@ -87,7 +87,7 @@ where
     if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
         let adding = finalizers.len() > obj.finalizers().len();
         match writes::swap_finalizers(api, obj, finalizers).await? {
-            Swap::Written => tracing::info!(
+            Swap::Written(_) => tracing::info!(
                 connection = %key,
                 users,
                 "{} finalizer {FINALIZER}",

@@ -182,7 +182,10 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .collect();
     let api = writes::namespaced_api(&ctx.client, wd);
     Ok(match writes::swap_finalizers(&api, wd, finalizers).await? {
-        Swap::Written | Swap::Gone => Action::await_change(),
+        Swap::Written(_) | Swap::Gone => {
+            ctx.own.forget(wd);
+            Action::await_change()
+        }
         Swap::Stale => Action::requeue(STALE_RETRY),
     })
 }

@@ -33,7 +33,7 @@ use crate::metrics;
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
-use crate::writes::{self, Swap};
+use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
 
@@ -62,6 +62,8 @@ pub struct Context {
     pub synced: Synced,
     /// Consecutive failed reconciles per WorkerDeployment (`namespace/name`).
     pub streaks: Mutex<HashMap<String, Streak>>,
+    /// Status writes the watch cache has not shown yet.
+    pub own: OwnWrites<WorkerDeployment>,
 }
 
 impl Context {
@@ -106,6 +108,8 @@ fn key(wd: &WorkerDeployment) -> String {
 /// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
     ctx.queue.started(&key(&wd));
+    // The copy from before our own last status write, if the cache has not caught up.
+    let wd = ctx.own.freshest(wd);
     metrics::counted(CONTROLLER, reconcile_one(wd, ctx), Error::reason).await
 }
 
@@ -131,7 +135,7 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
         // The update event brings us back with the finalizer in place.
         return Ok(
             match writes::swap_finalizers(&api, wd.as_ref(), finalizers).await? {
-                Swap::Written | Swap::Gone => Action::await_change(),
+                Swap::Written(_) | Swap::Gone => Action::await_change(),
                 Swap::Stale => Action::requeue(STALE_RETRY),
             },
         );
@@ -230,7 +234,9 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     record_metrics(wd, &new_status);
     if previous != new_status {
         let api = writes::namespaced_api(&ctx.client, wd);
-        writes::apply_status(&api, &wd.name_any(), &new_status).await?;
+        if let Some(written) = writes::apply_status(&api, &wd.name_any(), &new_status).await? {
+            ctx.own.wrote(wd, written);
+        }
     }
     Ok(Action::requeue(requeue))
 }

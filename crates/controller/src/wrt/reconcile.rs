@@ -23,7 +23,7 @@ use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
 use super::render;
 use crate::error::{Error, Result, kube_message};
 use crate::metrics;
-use crate::writes::{self, MANAGER};
+use crate::writes::{self, MANAGER, OwnWrites, Swap};
 
 /// The controller label of this reconciler's metrics.
 const CONTROLLER: &str = "WorkerResourceTemplate";
@@ -92,6 +92,8 @@ pub struct Context {
     pub allowed_kinds: Vec<String>,
     /// Reconcile again after this long when all is well.
     pub resync: Duration,
+    /// Writes the watch cache has not shown yet.
+    pub own: OwnWrites<WorkerResourceTemplate>,
 }
 
 impl Context {
@@ -108,6 +110,8 @@ impl Context {
 
 /// Reconciles one WorkerResourceTemplate, counted in the metrics.
 pub async fn reconcile(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Action> {
+    // The copy from before our own last write, if the cache has not caught up.
+    let wrt = ctx.own.freshest(wrt);
     metrics::counted(CONTROLLER, sync(wrt, ctx), Error::reason).await
 }
 
@@ -120,6 +124,7 @@ pub fn error_policy(_: Arc<WorkerResourceTemplate>, error: &Error, _: Arc<Contex
 async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Action> {
     if wrt.meta().deletion_timestamp.is_some() {
         // Its copies are owned by it: the garbage collector removes them.
+        ctx.own.forget(&wrt);
         return Ok(Action::await_change());
     }
     // A WorkerDeployment not yet in a cache that is still filling is not "not found".
@@ -150,8 +155,10 @@ async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Act
     let failed = after.as_ref().is_some_and(|(st, _, _)| st == "False")
         || outcome.deleted.len() < plan.deletes.len();
     let previous = wrt.status.clone().unwrap_or_default();
-    if previous != status {
-        write_status(&ctx.client, &wrt, &status).await?;
+    if previous != status
+        && let Some(written) = write_status(&ctx.client, &wrt, &status).await?
+    {
+        ctx.own.wrote(&wrt, written);
     }
     Ok(if plan.worker_deployment_missing {
         Action::await_change()
@@ -220,12 +227,14 @@ async fn execute(
     if let Some(refs) = &plan.owner_references {
         let api = writes::namespaced_api(&ctx.client, wrt);
         // A stale copy comes back with the change; anything else is retried.
-        if let Err(e) = writes::swap_metadata(&api, wrt, "ownerReferences", json!(refs)).await {
-            tracing::debug!(
+        match writes::swap_metadata(&api, wrt, "ownerReferences", json!(refs)).await {
+            Ok(Swap::Written(written)) => ctx.own.wrote(wrt, *written),
+            Ok(Swap::Gone | Swap::Stale) => {}
+            Err(e) => tracing::debug!(
                 "owner reference of {ns}/{}: {}",
                 wrt.name_any(),
                 kube_message(&e)
-            );
+            ),
         }
     }
     let Some(resource) = resource else {
@@ -285,7 +294,7 @@ async fn write_status(
     client: &Client,
     wrt: &WorkerResourceTemplate,
     status: &twc_api::WorkerResourceTemplateStatus,
-) -> Result<()> {
+) -> Result<Option<WorkerResourceTemplate>> {
     let api = writes::namespaced_api(client, wrt);
     Ok(writes::apply_status(&api, &wrt.name_any(), status).await?)
 }
