@@ -28,6 +28,11 @@ pub const API_VERSION: &str = "temporal.io/v1alpha1";
 /// ClusterConnections (kept while any WorkerDeployment uses them). Same name as TWC.
 pub const FINALIZER: &str = "temporal.io/delete-protection";
 
+/// Not in TWC: set to `"true"` on a WorkerDeployment being deleted, its deletion stops
+/// waiting for versions with open pinned workflows (they lose their workers) and for versions
+/// another manager still routes new work to.
+pub const SKIP_DRAINAGE_ANNOTATION: &str = "temporal.io/skip-drainage";
+
 /// Labels and annotations the controller sets, as TWC does.
 pub mod labels {
     /// On versioned Deployments and their pods: the build ID.
@@ -56,4 +61,15 @@ pub mod conditions {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const PLAN_GENERATION_FAILED: &str = "PlanGenerationFailed";
     pub const PLAN_EXECUTION_FAILED: &str = "PlanExecutionFailed";
+
+    /// Not in TWC: whether Temporal accounts for every version that has a Deployment. False
+    /// names the versions left exactly as they are (not scaled, not deleted) and why; the
+    /// condition appears the first time that happens.
+    pub const VERSIONS_KNOWN: &str = "VersionsKnown";
+    pub const ALL_VERSIONS_KNOWN: &str = "AllVersionsKnown";
+    pub const VERSIONS_KEPT: &str = "VersionsKept";
+
+    /// Not in TWC: `Ready=False` reasons while a deletion keeps workers Temporal still needs.
+    pub const WAITING_FOR_DRAINAGE: &str = "WaitingForDrainage";
+    pub const ROUTED_BY_ANOTHER_MANAGER: &str = "RoutedByAnotherManager";
 }

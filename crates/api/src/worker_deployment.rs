@@ -467,6 +467,13 @@ pub struct WorkerDeploymentStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 0))]
     pub version_count: Option<i32>,
+    /// How many times a changed pod template got the build ID of a different template already
+    /// running (the hash has 10,000 values per image). When set, it is mixed into the hash of
+    /// every template from then on, as a Deployment's `collisionCount` is into its
+    /// pod-template-hash, so a changed template always gets a build ID of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub collision_count: Option<i32>,
     /// The `metadata.generation` the controller last acted on.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,

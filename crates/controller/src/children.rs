@@ -76,5 +76,20 @@ pub fn observe(d: &Deployment) -> Option<ObservedDeployment> {
         template_digest: annotations
             .get(twc_api::labels::POD_TEMPLATE_SPEC_HASH)
             .cloned(),
+        temporal_namespace: spec.and_then(|s| injected_namespace(&s.template)),
     })
+}
+
+/// The Temporal namespace the workers of `template` poll: the `TEMPORAL_NAMESPACE` the
+/// controller injected (into every container; the first that has it is read). None when no
+/// container has it (not rendered by a controller).
+fn injected_namespace(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
+    template
+        .spec
+        .as_ref()?
+        .containers
+        .iter()
+        .flat_map(|c| c.env.iter().flatten())
+        .find(|e| e.name == "TEMPORAL_NAMESPACE")
+        .and_then(|e| e.value.clone())
 }

@@ -25,6 +25,8 @@ mod limits;
 mod rollout;
 #[path = "scenarios/runner.rs"]
 mod runner;
+#[path = "scenarios/unknown.rs"]
+mod unknown;
 #[path = "scenarios/wrt.rs"]
 mod wrt;
 
@@ -56,6 +58,13 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    a_template_whose_build_id_is_taken_gets_its_own =>
+        unknown::a_template_whose_build_id_is_taken_gets_its_own,
+    deletion_waits_for_pinned_workflows => deletion::deletion_waits_for_pinned_workflows,
+    deletion_waits_while_another_manager_routes_to_a_version =>
+        deletion::deletion_waits_while_another_manager_routes_to_a_version,
+    a_temporal_namespace_change_moves_the_target_and_keeps_older_versions =>
+        unknown::a_temporal_namespace_change_moves_the_target_and_keeps_older_versions,
     seventh_rollout_unblocked_after_pollers_die_version_deleted =>
         limits::seventh_rollout_unblocked_after_pollers_die_version_deleted,
     sixth_rollout_unblocked_after_pollers_die_max_ctrlr_versions =>

@@ -78,7 +78,17 @@ fn safe_encode(s: &str) -> String {
 
 /// The 4-character template hash.
 pub fn template_hash(template: &PodTemplateSpec) -> String {
-    let sum = fnv1a32(canonical_json(template).as_bytes());
+    template_hash_with(template, 0)
+}
+
+/// [`template_hash`] with a collision count: when not 0, its decimal digits are hashed after
+/// the JSON (0 leaves the hash as TWC computes it).
+pub fn template_hash_with(template: &PodTemplateSpec, collision_count: u32) -> String {
+    let mut json = canonical_json(template);
+    if collision_count > 0 {
+        json.push_str(&collision_count.to_string());
+    }
+    let sum = fnv1a32(json.as_bytes());
     safe_encode(&format!("{:04}", sum % 10_000))
 }
 
@@ -130,13 +140,23 @@ fn image_prefix(image: &str) -> String {
 
 /// The build ID of a template, or the cleaned custom build ID if one is set.
 pub fn build_id(template: &PodTemplateSpec, custom: Option<&str>) -> String {
+    build_id_with(template, custom, 0)
+}
+
+/// [`build_id`] with a collision count (see [`template_hash_with`]); a custom build ID does
+/// not change with it.
+pub fn build_id_with(
+    template: &PodTemplateSpec,
+    custom: Option<&str>,
+    collision_count: u32,
+) -> String {
     if let Some(custom) = custom {
         let c = clean(custom);
         if !c.is_empty() {
             return truncate(&c, MAX_BUILD_ID).to_string();
         }
     }
-    let hash = template_hash(template);
+    let hash = template_hash_with(template, collision_count);
     let image = template
         .spec
         .as_ref()

@@ -33,6 +33,9 @@ pub struct ObservedDeployment {
     pub available_since: Option<SystemTime>,
     pub connection_hash: Option<String>,
     pub template_digest: Option<String>,
+    /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
+    /// not known.
+    pub temporal_namespace: Option<String>,
 }
 
 /// Everything the planner looks at.
@@ -123,6 +126,8 @@ pub enum Routing {
 #[derive(Clone, Debug, Default)]
 pub struct Plan {
     pub target_build_id: String,
+    /// The collision count `target_build_id` was computed with (recorded in the status).
+    pub collision_count: u32,
     /// Deployments to server-side apply (a new target, or a drifted one).
     pub apply: Vec<Deployment>,
     /// (Deployment name, replicas).
@@ -140,8 +145,56 @@ pub struct Plan {
     pub routing: Option<Routing>,
     /// Why routing is held back by someone else, if it is.
     pub blocked: Option<String>,
+    /// Versions Temporal cannot account for here, left exactly as they are (not scaled, not
+    /// deleted, not reconnected): what is not known is never taken for what is not there.
+    pub kept: Vec<Kept>,
     /// Something is in motion: poll Temporal fast.
     pub moving: bool,
+}
+
+/// A version left as it is, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Kept {
+    pub build_id: String,
+    pub why: Unaccounted,
+}
+
+/// Why Temporal cannot account for a version that has a Deployment.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unaccounted {
+    /// Its workers poll another Temporal namespace (`temporalNamespace` changed since): its
+    /// pinned workflows live there, where this controller no longer looks.
+    OtherNamespace(String),
+    /// The worker deployment is not found where the controller looks (deleted in Temporal,
+    /// or `hostPort` now names another server).
+    DeploymentNotFound,
+    /// Its workers were started with another connection (`hostPort`, TLS or credentials) and
+    /// Temporal, reached through the new one, does not list it.
+    OtherConnection,
+    /// Temporal does not list the version although its workers are up (they poll somewhere
+    /// else, or have not polled yet).
+    NotListed { ready: i32 },
+}
+
+impl std::fmt::Display for Kept {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let b = &self.build_id;
+        match &self.why {
+            Unaccounted::OtherNamespace(ns) => {
+                write!(f, "{b} (its workers poll Temporal namespace {ns:?})")
+            }
+            Unaccounted::DeploymentNotFound => {
+                write!(f, "{b} (the worker deployment is not found in Temporal)")
+            }
+            Unaccounted::OtherConnection => write!(
+                f,
+                "{b} (its workers use a previous connection, and Temporal reached through the current one does not list it)"
+            ),
+            Unaccounted::NotListed { .. } => {
+                write!(f, "{b} (Temporal does not list it, yet its pods are ready)")
+            }
+        }
+    }
 }
 
 fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatus {
@@ -159,12 +212,52 @@ fn parse_delay(value: &Option<String>, default: Duration) -> Duration {
         .unwrap_or(default)
 }
 
-/// The build ID the spec asks for.
+/// The build ID the spec asks for, with the collision count recorded in the status (see
+/// [`target`] for the one that accounts for the running Deployments).
 pub fn target_build_id(wd: &WorkerDeployment) -> String {
-    build_id::build_id(
+    build_id::build_id_with(
         &wd.spec.template,
         wd.spec.worker_options.unsafe_custom_build_id.as_deref(),
+        recorded_collisions(wd),
     )
+}
+
+fn recorded_collisions(wd: &WorkerDeployment) -> u32 {
+    wd.status
+        .as_ref()
+        .and_then(|s| s.collision_count)
+        .and_then(|c| u32::try_from(c).ok())
+        .unwrap_or(0)
+}
+
+/// How many more collisions are looked past in one reconcile (each needs 1 in 10,000 luck).
+const MAX_NEW_COLLISIONS: u32 = 16;
+
+/// The target build ID and the collision count it was computed with. A build ID whose
+/// Deployment runs a different template (its `pod-template-spec-hash` differs) is taken: the
+/// count goes up until the build ID is free or runs this very template. A custom build ID is
+/// the user's word (a changed template re-applies its Deployment) and never collides.
+pub fn target(
+    wd: &WorkerDeployment,
+    deployments: &BTreeMap<String, ObservedDeployment>,
+) -> (String, u32) {
+    let custom = wd.spec.worker_options.unsafe_custom_build_id.as_deref();
+    let recorded = recorded_collisions(wd);
+    let digest = build_id::template_digest(&wd.spec.template);
+    let mut count = recorded;
+    loop {
+        let build = build_id::build_id_with(&wd.spec.template, custom, count);
+        let taken = custom.is_none()
+            && deployments.get(&build).is_some_and(|d| {
+                d.template_digest
+                    .as_deref()
+                    .is_some_and(|running| running != digest)
+            });
+        if !taken || count >= recorded.saturating_add(MAX_NEW_COLLISIONS) {
+            return (build, count);
+        }
+        count += 1;
+    }
 }
 
 /// Plans one reconcile of `wd` through connection `conn`, as controller `identity`.
@@ -188,9 +281,10 @@ pub fn plan_with(
     let now = observed.now;
     let spec = &wd.spec;
     let state = &observed.temporal;
-    let target = target_build_id(wd);
+    let (target, collisions) = self::target(wd, &observed.deployments);
     let mut plan = Plan {
         target_build_id: target.clone(),
+        collision_count: collisions,
         ..Default::default()
     };
 
@@ -233,7 +327,12 @@ pub fn plan_with(
             let custom = spec.worker_options.unsafe_custom_build_id.is_some();
             let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
             let conn_drift = d.connection_hash.as_deref() != Some(&desired_conn_hash);
-            if template_drift || conn_drift {
+            // The target follows the spec to a new Temporal namespace (older versions stay).
+            let moved = d
+                .temporal_namespace
+                .as_ref()
+                .is_some_and(|n| *n != spec.worker_options.temporal_namespace);
+            if template_drift || conn_drift || moved {
                 plan.apply.push(desired);
             }
         }
@@ -249,6 +348,17 @@ pub fn plan_with(
         let status = status_of(state, build);
         let is_target = *build == target;
         let is_current = current.as_deref() == Some(build.as_str());
+        if !is_target
+            && let Some(ns) = &d.temporal_namespace
+            && *ns != spec.worker_options.temporal_namespace
+        {
+            // Its state here says nothing of the namespace its workers serve.
+            plan.kept.push(Kept {
+                build_id: build.clone(),
+                why: Unaccounted::OtherNamespace(ns.clone()),
+            });
+            continue;
+        }
         if state.ramping_build_id.as_deref() == Some(build.as_str()) && !is_target && !is_current {
             // Routed to, whatever its summary says: never scaled down or deleted.
             continue;
@@ -271,8 +381,27 @@ pub fn plan_with(
                 }
             }
             VersionStatus::NotRegistered => {
-                // Never polled, or deleted from Temporal: nothing can be pinned to it.
-                plan.delete_deployments.push(d.name.clone());
+                let here = d.connection_hash.as_deref() == Some(&desired_conn_hash);
+                if d.ready_replicas == 0 && here {
+                    // No worker up, and they would poll where the controller looks: it never
+                    // polled, or the server deleted it (Drained, no pollers) to make room.
+                    // Nothing can be pinned to it.
+                    plan.delete_deployments.push(d.name.clone());
+                } else {
+                    let why = if !state.exists {
+                        Unaccounted::DeploymentNotFound
+                    } else if !here {
+                        Unaccounted::OtherConnection
+                    } else {
+                        Unaccounted::NotListed {
+                            ready: d.ready_replicas,
+                        }
+                    };
+                    plan.kept.push(Kept {
+                        build_id: build.clone(),
+                        why,
+                    });
+                }
             }
             VersionStatus::Draining => {
                 // Never scale a draining version: its pinned workflows need the workers.
@@ -308,9 +437,12 @@ pub fn plan_with(
     }
     // Older versions still running on a previous connection follow it (their workers must
     // keep reaching Temporal while pinned workflows finish); scaled-down ones wait until they
-    // are needed again.
+    // are needed again. Only versions Temporal lists through the new connection: one it does
+    // not know (another server) keeps the connection its pinned workflows are on.
     for (build, d) in &observed.deployments {
         if *build != target
+            && status_of(state, build) != VersionStatus::NotRegistered
+            && !plan.kept.iter().any(|k| k.build_id == *build)
             && d.connection_hash.as_deref() != Some(&desired_conn_hash)
             && d.spec_replicas != Some(0)
             && !plan.delete_deployments.contains(&d.name)

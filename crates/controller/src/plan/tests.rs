@@ -86,6 +86,7 @@ impl World {
             available_since: Some(t(0)),
             connection_hash: Some(deployment::connection_hash(&conn())),
             template_digest: Some(self.template_digest.clone()),
+            temporal_namespace: Some("default".into()),
         };
         self.observed.deployments.insert(build.into(), d);
         self
@@ -113,6 +114,11 @@ impl World {
     /// `build`'s Deployment runs with a previous connection.
     fn stale_connection(self, build: &str) -> Self {
         self.edit_deployment(build, |d| d.connection_hash = Some("stale".into()))
+    }
+
+    /// `build`'s workers poll Temporal namespace `ns`.
+    fn polls_namespace(self, build: &str, ns: &str) -> Self {
+        self.edit_deployment(build, |d| d.temporal_namespace = Some(ns.into()))
     }
 
     /// A WorkerResourceTemplate scales the versions (an HPA).
@@ -446,6 +452,8 @@ fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_drain
         .deployment("inactive", Some(2))
         .version("inactive", Inactive)
         .deployment("gone-from-temporal", Some(1))
+        .no_ready_pods("gone-from-temporal")
+        .deployment("unlisted-but-up", Some(1))
         .build();
     let p = plan(&wd, &conn(), ME, &o);
     let name = |b: &str| build_id::deployment_name("w", b);
@@ -463,6 +471,123 @@ fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_drain
     );
     assert_eq!(p.delete_versions, vec!["drained-ancient".to_string()]);
     assert!(!p.scale.iter().any(|(n, _)| *n == name("draining")));
+    assert_eq!(
+        p.kept,
+        vec![Kept {
+            build_id: "unlisted-but-up".into(),
+            why: Unaccounted::NotListed { ready: 1 }
+        }]
+    );
+}
+
+/// What the planner touches of the Deployment of `build`: scaled, deleted, reconnected.
+fn touched(p: &Plan, build: &str) -> Vec<&'static str> {
+    let name = build_id::deployment_name("w", build);
+    let mut out = Vec::new();
+    if p.scale.iter().any(|(n, _)| *n == name) {
+        out.push("scaled");
+    }
+    if p.delete_deployments.contains(&name) {
+        out.push("deleted");
+    }
+    if p.reconnect.iter().any(|b| b == build) {
+        out.push("reconnected");
+    }
+    out
+}
+
+#[test]
+fn a_temporal_namespace_change_moves_the_target_and_keeps_the_older_versions_where_they_are() {
+    use VersionStatus::NotRegistered;
+    let mut wd = wd("AllAtOnce", "w:v2");
+    wd.spec.worker_options.temporal_namespace = "elsewhere".into();
+    let target = target_of(&wd);
+    // v1 drains pinned workflows in "default", v2 is current there; the new namespace has
+    // never seen this worker deployment.
+    let o = world(&wd)
+        .deployment("v1", Some(1))
+        .polls_namespace("v1", "default")
+        .deployment("v1-scaled-down", Some(0))
+        .polls_namespace("v1-scaled-down", "default")
+        .deployment(&target, Some(1))
+        .polls_namespace(&target, "default")
+        .build();
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(p.apply.len(), 1, "the target moves to the new namespace");
+    assert_eq!(touched(&p, "v1"), Vec::<&str>::new());
+    assert_eq!(touched(&p, "v1-scaled-down"), Vec::<&str>::new());
+    let other = || Unaccounted::OtherNamespace("default".into());
+    assert_eq!(
+        p.kept,
+        vec![
+            Kept {
+                build_id: "v1".into(),
+                why: other()
+            },
+            Kept {
+                build_id: "v1-scaled-down".into(),
+                why: other()
+            },
+        ]
+    );
+    assert_eq!(status_of(&o.temporal, &target), NotRegistered);
+    assert_eq!(p.routing, None);
+}
+
+#[test]
+fn a_worker_deployment_temporal_does_not_find_deletes_no_worker_that_is_up() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    // Deleted in Temporal, or a NotFound of another cause: nothing is listed.
+    let o = world(&wd)
+        .deployment(&target, Some(1))
+        .deployment("was-current", Some(2))
+        .deployment("never-polled", Some(1))
+        .no_ready_pods("never-polled")
+        .build();
+    assert!(!o.temporal.exists);
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(touched(&p, "was-current"), Vec::<&str>::new());
+    assert_eq!(
+        p.kept,
+        vec![Kept {
+            build_id: "was-current".into(),
+            why: Unaccounted::DeploymentNotFound
+        }]
+    );
+    // A first rollout that crash-looped and was replaced: nothing can be pinned to it.
+    assert_eq!(touched(&p, "never-polled"), vec!["deleted"]);
+}
+
+#[test]
+fn after_a_connection_change_only_the_versions_temporal_lists_follow_it() {
+    use VersionStatus::{Current, Draining};
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .deployment("listed", Some(1))
+        .version("listed", Draining)
+        .stale_connection("listed")
+        // Another server behind the new hostPort: v0 drains on the old one.
+        .deployment("unlisted", Some(1))
+        .stale_connection("unlisted")
+        .deployment("unlisted-down", Some(0))
+        .stale_connection("unlisted-down")
+        .build();
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!(touched(&p, "listed"), vec!["reconnected"]);
+    assert_eq!(touched(&p, "unlisted"), Vec::<&str>::new());
+    assert_eq!(touched(&p, "unlisted-down"), Vec::<&str>::new());
+    assert_eq!(
+        p.kept.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+        vec![
+            "unlisted (its workers use a previous connection, and Temporal reached through the current one does not list it)",
+            "unlisted-down (its workers use a previous connection, and Temporal reached through the current one does not list it)",
+        ]
+    );
 }
 
 #[test]
@@ -704,6 +829,13 @@ mod invariants {
             for name in &p.delete_deployments {
                 let b = build_of(name);
                 prop_assert!(!protected(&b), "deleted {} ({:?})", b, status(&b));
+                // What Temporal does not list is deleted only with no worker up.
+                if status(&b) == VersionStatus::NotRegistered {
+                    prop_assert!(
+                        o.deployments.get(&b).is_some_and(|d| d.ready_replicas == 0),
+                        "deleted {} (not listed) with ready workers", b
+                    );
+                }
             }
             for b in &p.delete_versions {
                 prop_assert!(!protected(b), "deleted version {} ({:?})", b, status(b));
@@ -902,4 +1034,82 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
             "ramp {ramp}, {ago}s ago"
         );
     }
+}
+
+#[test]
+fn a_changed_template_whose_build_id_is_taken_gets_one_of_its_own() {
+    use VersionStatus::Current;
+    let mut wd = wd("AllAtOnce", "w:v1");
+    let taken = target_of(&wd);
+    // The build ID's Deployment runs another template (same image tag, another env).
+    let running = world(&wd)
+        .deployment(&taken, Some(1))
+        .edit_deployment(&taken, |d| d.template_digest = Some("another".into()))
+        .version(&taken, Current)
+        .current(&taken);
+    let p = plan(&wd, &conn(), ME, &running.clone().build());
+    let own = build_id::build_id_with(&wd.spec.template, None, 1);
+    assert_ne!(own, taken);
+    assert_eq!(
+        (p.target_build_id.as_str(), p.collision_count),
+        (own.as_str(), 1)
+    );
+    assert_eq!(
+        p.apply[0].metadata.name.as_deref(),
+        Some(build_id::deployment_name("w", &own).as_str())
+    );
+    assert!(
+        !p.scale
+            .iter()
+            .any(|(n, _)| *n == build_id::deployment_name("w", &taken))
+    );
+
+    // Recorded in the status: the same build ID while the other template runs, and after.
+    wd.status = Some(twc_api::WorkerDeploymentStatus {
+        collision_count: Some(1),
+        ..Default::default()
+    });
+    let both = running.deployment(&own, Some(1));
+    let p = plan(&wd, &conn(), ME, &both.clone().build());
+    assert_eq!(
+        (p.target_build_id.as_str(), p.collision_count),
+        (own.as_str(), 1)
+    );
+    assert!(p.apply.is_empty(), "its Deployment is up to date");
+    let p = plan(
+        &wd,
+        &conn(),
+        ME,
+        &world(&wd).deployment(&own, Some(1)).build(),
+    );
+    assert_eq!(p.target_build_id, own);
+}
+
+#[test]
+fn without_a_collision_the_build_id_is_twc_s_and_a_custom_one_never_moves() {
+    let mut wd = wd("AllAtOnce", "w:v1");
+    let b = target_of(&wd);
+    let p = plan(
+        &wd,
+        &conn(),
+        ME,
+        &world(&wd).deployment(&b, Some(1)).build(),
+    );
+    assert_eq!(
+        (p.target_build_id.as_str(), p.collision_count),
+        (b.as_str(), 0)
+    );
+
+    wd.spec.worker_options.unsafe_custom_build_id = Some("mine".into());
+    let o = world(&wd)
+        .deployment("mine", Some(1))
+        .edit_deployment("mine", |d| d.template_digest = Some("older".into()))
+        .build();
+    let p = plan(&wd, &conn(), ME, &o);
+    assert_eq!((p.target_build_id.as_str(), p.collision_count), ("mine", 0));
+    assert_eq!(
+        p.apply.len(),
+        1,
+        "the custom build's Deployment rolls to the new template"
+    );
 }

@@ -8,13 +8,17 @@ use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use kube::runtime::events::EventType;
-use twc_api::{FINALIZER, WorkerDeployment};
+use std::time::SystemTime;
+
+use twc_api::conditions::{READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE};
+use twc_api::{FINALIZER, SKIP_DRAINAGE_ANNOTATION, VersionStatus, WorkerDeployment};
 
 use super::{Context, STALE_RETRY};
+use crate::conditions::set_condition;
 use crate::connections;
 use crate::error::{Error, Result, Rpc};
 use crate::plan::{self, build_id};
-use crate::temporal::{Code, Status, WorkerDeploymentRef};
+use crate::temporal::{Code, DeploymentState, Status, WorkerDeploymentRef};
 use crate::writes::{self, Swap};
 
 /// Deletion: route Temporal back to unversioned, stop the versioned Deployments, delete the
@@ -80,7 +84,14 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         );
         Ok(Action::requeue(ctx.intervals.moving))
     };
+    let skip_drainage = wd
+        .annotations()
+        .get(SKIP_DRAINAGE_ANNOTATION)
+        .is_some_and(|v| v == "true");
     let mut temporal_state = None;
+    // Versions whose workers stay: Temporal still routes new work to them, or they hold open
+    // pinned workflows. The deletion waits for them.
+    let mut keep = Kept::default();
     let target = client.as_ref().map(|conn| WorkerDeploymentRef {
         conn,
         namespace: &temporal_ns,
@@ -96,18 +107,25 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             .map_err(|s| failed(Rpc::DescribeWorkerDeployment, s))?;
         let foreign = !state.manager_identity.is_empty() && state.manager_identity != identity;
         if state.exists && foreign {
-            ctx.event(
-                wd,
-                EventType::Warning,
-                "CleanupSkipped",
-                format!(
-                    "routing of {deployment_name} is managed by {:?}; Temporal is left as it is",
-                    state.manager_identity
-                ),
-            )
-            .await;
+            if !skip_drainage {
+                keep = Kept::of(&state, true);
+                keep.manager = Some(state.manager_identity.clone());
+            }
+            if keep.is_empty() {
+                ctx.event(
+                    wd,
+                    EventType::Warning,
+                    "CleanupSkipped",
+                    format!(
+                        "routing of {deployment_name} is managed by {:?}; Temporal is left as it is",
+                        state.manager_identity
+                    ),
+                )
+                .await;
+            }
         } else if state.exists {
             let mut token = state.conflict_token.clone();
+            let routed = state.ramping_build_id.is_some() || state.current_build_id.is_some();
             if state.ramping_build_id.is_some() {
                 token = target
                     .set_ramping("", 0.0, token)
@@ -120,20 +138,38 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
                     .await
                     .map_err(|s| failed(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
             }
+            if routed && !skip_drainage {
+                // New work goes to unversioned workers now; the versions routed to until now
+                // drain (or are drained) at the next look.
+                return Ok(Action::requeue(ctx.intervals.moving));
+            }
+            if !skip_drainage {
+                keep = Kept::of(&state, false);
+            }
             temporal_state = Some(state);
         }
     }
 
-    // Stop the workers: their pollers would block version deletion.
+    // Stop the workers nothing needs: their pollers would block version deletion.
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned: Vec<String> = ctx
+    let owned: Vec<(String, String)> = ctx
         .deployments
         .in_namespace(&ns)
         .iter()
         .filter(|d| plan::deployment::is_owned_by(d, wd))
-        .map(|d| d.name_any())
+        .map(|d| {
+            let build = d
+                .labels()
+                .get(twc_api::labels::BUILD_ID)
+                .cloned()
+                .unwrap_or_default();
+            (d.name_any(), build)
+        })
         .collect();
-    for name in &owned {
+    for (name, build) in &owned {
+        if keep.contains(build) {
+            continue;
+        }
         let dp = DeleteParams {
             propagation_policy: Some(PropagationPolicy::Background),
             ..Default::default()
@@ -148,6 +184,12 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
                 ));
             }
         }
+    }
+    if !keep.is_empty() {
+        report_waiting(wd, ctx, &deployment_name, &keep).await?;
+        return Ok(Action::requeue(
+            ctx.intervals.moving.max(ctx.intervals.steady),
+        ));
     }
 
     if let (Some(target), Some(state)) = (&target, &temporal_state) {
@@ -188,4 +230,119 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
         Swap::Stale => Action::requeue(STALE_RETRY),
     })
+}
+
+/// The versions a deletion keeps the workers of, by why.
+#[derive(Debug, Default)]
+struct Kept {
+    /// Routing is another manager's (it routes to `routed`).
+    manager: Option<String>,
+    /// Versions new work is routed to, with "current" or "ramping".
+    routed: Vec<(String, &'static str)>,
+    /// Versions with open pinned workflows.
+    draining: Vec<String>,
+}
+
+impl Kept {
+    /// What `state` still needs: Draining versions, and (`routed`) the versions new work goes
+    /// to.
+    fn of(state: &DeploymentState, routed: bool) -> Self {
+        let mut kept = Kept::default();
+        if routed {
+            kept.routed
+                .extend(state.current_build_id.clone().map(|b| (b, "current")));
+            kept.routed
+                .extend(state.ramping_build_id.clone().map(|b| (b, "ramping")));
+        }
+        kept.draining = state
+            .versions
+            .iter()
+            .filter(|(b, v)| {
+                v.status == VersionStatus::Draining && !kept.routed.iter().any(|(r, _)| r == *b)
+            })
+            .map(|(b, _)| b.clone())
+            .collect();
+        kept
+    }
+
+    fn is_empty(&self) -> bool {
+        self.routed.is_empty() && self.draining.is_empty()
+    }
+
+    fn contains(&self, build: &str) -> bool {
+        self.routed.iter().any(|(b, _)| b == build) || self.draining.iter().any(|b| b == build)
+    }
+
+    /// `(reason, message)` for the Ready condition and the event.
+    fn explain(&self, deployment_name: &str) -> (&'static str, String) {
+        let escape = format!(
+            "or annotate the WorkerDeployment {SKIP_DRAINAGE_ANNOTATION}=true to delete them now (their workflows lose their workers)"
+        );
+        let draining = (!self.draining.is_empty())
+            .then(|| format!("{} still run pinned workflows", self.draining.join(", ")));
+        match &self.manager {
+            Some(manager) if !self.routed.is_empty() => {
+                let routed: Vec<String> = self
+                    .routed
+                    .iter()
+                    .map(|(b, how)| format!("{b} ({how})"))
+                    .collect();
+                (
+                    ROUTED_BY_ANOTHER_MANAGER,
+                    format!(
+                        "deletion waits: {manager:?} manages the routing of {deployment_name} and still sends new work to {}{}; route it elsewhere (or unset the manager) and the deletion goes on, {escape}",
+                        routed.join(", "),
+                        draining.map(|d| format!("; {d}")).unwrap_or_default()
+                    ),
+                )
+            }
+            _ => (
+                WAITING_FOR_DRAINAGE,
+                format!(
+                    "deletion waits until no pinned workflow runs on the versions that keep their workers: {}; it goes on once Temporal reports them drained, {escape}",
+                    draining.unwrap_or_default()
+                ),
+            ),
+        }
+    }
+}
+
+/// Says why the deletion waits: `Ready=False` with the reason, and an event when that changes.
+async fn report_waiting(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    deployment_name: &str,
+    keep: &Kept,
+) -> Result<()> {
+    let (why, message) = keep.explain(deployment_name);
+    let previous = wd.status.clone().unwrap_or_default();
+    let mut status = previous.clone();
+    set_condition(
+        &mut status.conditions,
+        READY,
+        "False",
+        why,
+        &message,
+        wd.metadata.generation,
+        SystemTime::now(),
+    );
+    let said = previous
+        .conditions
+        .iter()
+        .any(|c| c.type_ == READY && c.reason == why && c.message == message);
+    if !said {
+        let type_ = if keep.manager.is_some() && !keep.routed.is_empty() {
+            EventType::Warning
+        } else {
+            EventType::Normal
+        };
+        ctx.event(wd, type_, why, message).await;
+    }
+    if status != previous {
+        let api = writes::namespaced_api(&ctx.client, wd);
+        if let Some(written) = writes::apply_status(&api, &wd.name_any(), &status).await? {
+            ctx.own.wrote(wd, written);
+        }
+    }
+    Ok(())
 }

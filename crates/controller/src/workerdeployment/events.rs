@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use kube::runtime::events::EventType;
-use twc_api::conditions::READY;
+use twc_api::conditions::{READY, VERSIONS_KEPT, VERSIONS_KNOWN};
 use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
 
 use super::execute::{Applied, Done};
@@ -120,7 +120,7 @@ pub fn of_error(
 }
 
 /// Events for what changed between two statuses: versions registered and drained (Normal),
-/// gate runs that failed (Warning).
+/// gate runs that failed and versions kept because Temporal cannot account for them (Warning).
 pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<Note> {
     let mut notes: Vec<Note> = transitions(before, after)
         .into_iter()
@@ -131,6 +131,30 @@ pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus
             .into_iter()
             .map(|note| warning("GateWorkflowFailed", note)),
     );
+    let collisions = |s: &WorkerDeploymentStatus| s.collision_count.unwrap_or(0);
+    if collisions(after) > collisions(before)
+        && let Some(target) = &after.target_version
+    {
+        notes.push(warning(
+            "BuildIDCollision",
+            format!(
+                "the pod template's build ID was taken by a different template already running; it gets buildID {} instead (collision count {})",
+                target.base.build_id,
+                collisions(after)
+            ),
+        ));
+    }
+    let kept = |s: &WorkerDeploymentStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == VERSIONS_KNOWN && c.status == "False")
+            .map(|c| c.message.clone())
+    };
+    if let Some(message) = kept(after)
+        && kept(before).as_ref() != Some(&message)
+    {
+        notes.push(warning(VERSIONS_KEPT, message));
+    }
     notes
 }
 

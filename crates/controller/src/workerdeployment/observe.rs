@@ -99,11 +99,12 @@ pub async fn observe(
             ));
         }
     };
-    let target_build = plan::target_build_id(wd);
+    let deployments = crate::children::owned(wd, &ctx.deployments);
+    let target_build = plan::target(wd, &deployments).0;
     let target_observed = target_version(wd, &target, &target_build, &state).await?;
     Ok(Observed {
         now,
-        deployments: crate::children::owned(wd, &ctx.deployments),
+        deployments,
         temporal: state,
         target: target_observed,
         autoscaled: autoscaled(wd, &ctx.templates),

@@ -6,8 +6,9 @@ use std::time::SystemTime;
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use twc_api::conditions::{self as reason, PROGRESSING, READY};
+use twc_api::conditions::{self as reason, PROGRESSING, READY, VERSIONS_KNOWN};
 use twc_api::{
     BaseWorkerDeploymentVersion, CurrentWorkerDeploymentVersion, DeprecatedWorkerDeploymentVersion,
     ObservedConnectionRef, TargetWorkerDeploymentVersion, TaskQueue, VersionStatus,
@@ -59,9 +60,22 @@ pub fn next(
             let after = effective(observed, applied, identity);
             let mut s = versions(wd, &plan.target_build_id, &after);
             s.conditions = previous.conditions.clone();
+            s.collision_count = (plan.collision_count > 0)
+                .then(|| i32::try_from(plan.collision_count).unwrap_or(i32::MAX));
             let target = s.target_version.clone().unwrap_or_default();
             for (type_, st, why, msg) in rollout_conditions(&target, plan.blocked.as_deref()) {
                 set_condition(&mut s.conditions, type_, st, why, &msg, generation, now);
+            }
+            if let Some((st, why, msg)) = versions_known(plan, &s.conditions) {
+                set_condition(
+                    &mut s.conditions,
+                    VERSIONS_KNOWN,
+                    st,
+                    why,
+                    &msg,
+                    generation,
+                    now,
+                );
             }
             s
         }
@@ -284,6 +298,35 @@ fn rollout_conditions(
         (READY, ready, why, message.clone()),
         (PROGRESSING, progressing, why, message),
     ]
+}
+
+/// `(status, reason, message)` of VersionsKnown: False while some versions are kept as they
+/// are, True once they are not (None while it never was False).
+fn versions_known(
+    plan: &Plan,
+    conditions: &[Condition],
+) -> Option<(&'static str, &'static str, String)> {
+    if plan.kept.is_empty() {
+        return conditions
+            .iter()
+            .any(|c| c.type_ == VERSIONS_KNOWN)
+            .then(|| {
+                (
+                    "True",
+                    reason::ALL_VERSIONS_KNOWN,
+                    "Temporal accounts for every version that has a Deployment".to_string(),
+                )
+            });
+    }
+    let kept: Vec<String> = plan.kept.iter().map(ToString::to_string).collect();
+    Some((
+        "False",
+        reason::VERSIONS_KEPT,
+        format!(
+            "kept running as they are, neither scaled nor deleted, since their pinned workflows may still need them: {}; delete a version's Deployment once nothing runs on it",
+            kept.join("; ")
+        ),
+    ))
 }
 
 /// The reference the controller acted on, in status form.

@@ -2,9 +2,11 @@
 
 use std::time::Duration;
 
-use kube::api::{Api, DeleteParams};
-use twc_api::Connection;
+use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use serde_json::json;
 use twc_api::VersionStatus::{Current, Ramping};
+use twc_api::conditions::{READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE};
+use twc_api::{Connection, SKIP_DRAINAGE_ANNOTATION};
 
 use crate::common::{self, World};
 use crate::harness::*;
@@ -72,4 +74,91 @@ pub async fn deletion_removes_connection_finalizer(w: &'static World) {
     common::delete_wd(&s.client, &s.ns, &s.name).await;
     common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
     common::wait_connection(&s.client, &s.ns, CONNECTION, "gone", WAIT).await;
+}
+
+/// How long the pinned workflow of [`deletion_waits_for_pinned_workflows`] sleeps.
+const PINNED_SECONDS: u64 = 20;
+
+/// Not a TWC subtest (#11 path 5). TWC deletes every worker at once and every version with
+/// `skipDrainage`, so pinned workflows lose their workers. Here deleting routes new work to
+/// unversioned workers and then keeps the workers of a version with an open pinned workflow
+/// (`Ready=False WaitingForDrainage`, naming it) until the workflow is done; then everything
+/// goes. Before: the Deployment was deleted at once and the workflow never completed.
+pub async fn deletion_waits_for_pinned_workflows(w: &'static World) {
+    let mut s = Scenario::new(w, "deletion-drains").await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    s.connect().await;
+    let v1 = s.target_build_id();
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    let seconds = PINNED_SECONDS.to_string();
+    twc_testenv::temporal::start_workflow(
+        &s.temporal,
+        &s.temporal_ns,
+        &s.name,
+        "Sleep",
+        "pinned-on-v1",
+        Some(&seconds),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Its first workflow task pins it to v1.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    common::delete_wd(&s.client, &s.ns, &s.name).await;
+    let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
+    assert!(message.contains(&v1), "{message}");
+    assert!(message.contains(SKIP_DRAINAGE_ANNOTATION), "{message}");
+    let state = s.describe().await;
+    assert_eq!(state.current_build_id, None, "new work still goes to v1");
+    s.wait_replicas(&v1, 1).await;
+
+    s.wait_completed("pinned-on-v1", Duration::from_secs(PINNED_SECONDS) + WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("the pinned workflow did not finish on its version: {e}"));
+    common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
+    s.wait_gone(&v1).await;
+}
+
+/// Not a TWC subtest (#11 path 5): when another manager owns the routing (Temporal is left
+/// as it is) and still routes new work to a version, its workers stay and the deletion waits
+/// with a Warning saying so and how to get out; the annotation
+/// `temporal.io/skip-drainage=true` lets it go. Before: every worker was deleted and Temporal
+/// kept routing new work to a version without workers.
+pub async fn deletion_waits_while_another_manager_routes_to_a_version(w: &'static World) {
+    let mut s = Scenario::new(w, "deletion-foreign").await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    s.connect().await;
+    let v1 = s.target_build_id();
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    s.set_manager("someone-else", SETUP_IDENTITY).await;
+
+    common::delete_wd(&s.client, &s.ns, &s.name).await;
+    let message = s
+        .wait_condition(READY, "False", ROUTED_BY_ANOTHER_MANAGER)
+        .await;
+    assert!(
+        message.contains(&v1) && message.contains("someone-else"),
+        "{message}"
+    );
+    s.wait_warning(ROUTED_BY_ANOTHER_MANAGER).await;
+    tokio::time::sleep(SETTLE).await;
+    s.wait_replicas(&v1, 1).await;
+
+    s.wds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {SKIP_DRAINAGE_ANNOTATION: "true"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
+    s.wait_gone(&v1).await;
+    // Routing is the other manager's: left as it is.
+    assert_eq!(
+        s.describe().await.current_build_id.as_deref(),
+        Some(v1.as_str())
+    );
 }

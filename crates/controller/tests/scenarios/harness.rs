@@ -510,8 +510,13 @@ impl Scenario {
         }))
         .await
         .map_err(|e| format!("start {id}: {e}"))?;
-        let svc = &svc;
-        wait_for(&format!("workflow {id} to complete"), WAIT, || {
+        self.wait_completed(id, WAIT).await
+    }
+
+    /// Waits until workflow `id` completed successfully.
+    pub async fn wait_completed(&self, id: &str, timeout: Duration) -> Result<(), String> {
+        let svc = &self.temporal.workflow_service();
+        wait_for(&format!("workflow {id} to complete"), timeout, || {
             let mut svc = svc.clone();
             async move {
                 tokio::time::sleep(TEMPORAL_POLL).await;
