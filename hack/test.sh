@@ -7,3 +7,9 @@ hack/provision.sh
 # The binaries tests run as processes (the controller, the example worker), never stale.
 cargo build -q --workspace --bins
 cargo test --workspace "$@"
+# The short chaos run (about 10 rollouts under injected faults, invariants checked from outside;
+# the long run is in docs/benchmarks.md). Skipped when the tests were filtered.
+if [ "$#" -eq 0 ]; then
+  cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
+    --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
+fi

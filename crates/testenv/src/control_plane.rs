@@ -279,6 +279,38 @@ impl ControlPlane {
         Ok(())
     }
 
+    /// Stops kube-apiserver (SIGTERM, SIGKILL after `grace`), starts it again with the same
+    /// flags and waits until `/readyz` says ok (90 s at most). etcd keeps every object.
+    pub async fn restart_apiserver(&self, grace: Duration) -> Result<(), Error> {
+        {
+            let mut processes = self.lock_processes()?;
+            let apiserver = processes
+                .iter_mut()
+                .find(|p| p.name() == "kube-apiserver")
+                .ok_or_else(|| Error::Other("no kube-apiserver in this control plane".into()))?;
+            apiserver.restart(grace)?;
+        }
+        let client = self.client().await?;
+        let started = Instant::now();
+        let timeout = Duration::from_secs(90);
+        loop {
+            self.check_running()?;
+            let ready = match http::Request::get("/readyz").body(Vec::new()) {
+                Ok(req) => client.request_text(req).await.map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            match ready {
+                Ok(body) if body.trim() == "ok" => return Ok(()),
+                Ok(body) | Err(body) if started.elapsed() > timeout => {
+                    return Err(Error::Other(format!(
+                        "kube-apiserver not ready {timeout:?} after a restart: {body}"
+                    )));
+                }
+                _ => tokio::time::sleep(Duration::from_millis(100)).await,
+            }
+        }
+    }
+
     /// Where the logs of etcd, kube-apiserver and kube-controller-manager are.
     pub fn log_dir(&self) -> &Path {
         &self.log_dir

@@ -91,6 +91,8 @@ pub struct ChildProcess {
     name: String,
     log: PathBuf,
     child: Child,
+    /// What was started, for [`ChildProcess::restart`].
+    spec: Spec,
 }
 
 impl ChildProcess {
@@ -150,7 +152,17 @@ impl ChildProcess {
             name: spec.name.clone(),
             log: spec.log.clone(),
             child,
+            spec: spec.clone(),
         })
+    }
+
+    /// Stops the process (SIGTERM, SIGKILL after `grace`) and starts it again, same program,
+    /// arguments and log.
+    pub fn restart(&mut self, grace: Duration) -> Result<(), Error> {
+        self.stop(grace);
+        let spec = self.spec.clone();
+        *self = Self::start(&spec)?;
+        Ok(())
     }
 
     pub fn name(&self) -> &str {

@@ -36,6 +36,9 @@ pub struct TemporalOptions {
     pub dynamic_config: Vec<(String, String)>,
     /// Namespaces created at start (besides `default`), handed out by [`TemporalServer::namespace`].
     pub namespace_pool: usize,
+    /// Keep the server's state in this SQLite file (`--db-filename`), so that it survives
+    /// [`TemporalServer::restart`]; in memory when None.
+    pub db_file: Option<std::path::PathBuf>,
 }
 
 impl Default for TemporalOptions {
@@ -46,6 +49,7 @@ impl Default for TemporalOptions {
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             namespace_pool: NAMESPACE_POOL,
+            db_file: None,
         }
     }
 }
@@ -86,6 +90,10 @@ impl TemporalServer {
             "--metrics-port".into(),
             metrics_port.to_string(),
         ]);
+        if let Some(db) = &opts.db_file {
+            args.push("--db-filename".into());
+            args.push(db.display().to_string());
+        }
         for (k, v) in &opts.dynamic_config {
             args.push("--dynamic-config-value".into());
             args.push(format!("{k}={v}"));
@@ -99,45 +107,65 @@ impl TemporalServer {
         }
         let spec =
             Spec::new("temporal", paths::temporal(), log_dir.join("temporal.log")).args(args);
-        let mut process = ChildProcess::start(&spec)?;
-        let address = format!("127.0.0.1:{port}");
+        let process = ChildProcess::start(&spec)?;
+        let server = Self {
+            process: Mutex::new(process),
+            address: format!("127.0.0.1:{port}"),
+            metrics_address: format!("127.0.0.1:{metrics_port}"),
+            pool: Mutex::new(pool),
+            registered: Default::default(),
+        };
+        server.wait_ready().await?;
+        Ok(server)
+    }
 
+    /// Stops the server (SIGTERM, then SIGKILL after `grace`) and starts it again on the same
+    /// ports; waits until it answers. Its state survives only with
+    /// [`TemporalOptions::db_file`].
+    pub async fn restart(&self, grace: Duration) -> Result<(), Error> {
+        self.process
+            .lock()
+            .map_err(|_| Error::Other("temporal process lock poisoned".into()))?
+            .restart(grace)?;
+        self.wait_ready().await
+    }
+
+    /// Waits until the server answers `GetSystemInfo` (30 s at most).
+    async fn wait_ready(&self) -> Result<(), Error> {
         let started = Instant::now();
         let timeout = Duration::from_secs(30);
         let mut last;
         loop {
-            process.check_running()?;
-            match connect(&address).await {
+            self.check_running()?;
+            match connect(&self.address).await {
                 Ok(conn) => {
                     let mut svc = conn.workflow_service();
                     match svc
                         .get_system_info(tonic::Request::new(GetSystemInfoRequest::default()))
                         .await
                     {
-                        Ok(_) => break,
+                        Ok(_) => return Ok(()),
                         Err(e) => last = e.to_string(),
                     }
                 }
                 Err(e) => last = e.to_string(),
             }
             if started.elapsed() > timeout {
+                let log = self
+                    .process
+                    .lock()
+                    .map(|p| p.log_path().to_path_buf())
+                    .unwrap_or_default();
                 return Err(Error::NotReady {
                     component: "temporal".into(),
                     waited: timeout,
                     last,
-                    log: spec.log.clone(),
-                    tail: log_tail(&spec.log, 20),
+                    tail: log_tail(&log, 20),
+                    log,
                 });
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        Ok(Self {
-            process: Mutex::new(process),
-            address,
-            metrics_address: format!("127.0.0.1:{metrics_port}"),
-            pool: Mutex::new(pool),
-            registered: Default::default(),
-        })
     }
 
     /// A Temporal namespace no other test uses. Comes from the pool created at start; once the
