@@ -14,7 +14,9 @@
 //! - a kube-apiserver restart;
 //! - a Temporal restart;
 //! - a `connectionRef` change;
-//! - image changes in quick succession (a new image, then the previous one back).
+//! - image changes in quick succession (a new image, then the previous one back);
+//! - a scaler taking over replicas: a WorkerResourceTemplate rendering an HPA, then the
+//!   current version scaled to 2 as an HPA would.
 //!
 //! An observer reads Temporal and the apiserver every 200 ms and checks:
 //!
@@ -23,7 +25,8 @@
 //!   every pinned workflow started during the run completes on its own version;
 //! - I3: after the run, with every WorkerDeployment deleted, every Connection and
 //!   ClusterConnection can be deleted, and Temporal keeps no worker deployment of them;
-//! - I4: each WorkerDeployment converges to its spec's target within a bound, faults or not.
+//! - I4: each WorkerDeployment converges to its spec's target within a bound, faults or not;
+//!   and replicas a scaler set are never written over while that version is current.
 //!
 //! The seed is printed; the same seed replays the same choices (the timing of the servers is
 //! not seeded). Exits non-zero on any violation.
@@ -54,6 +57,8 @@ const IDENTITY: &str = "twc-chaos";
 /// Every call to a server gives up after this long (a server restarting may leave a call
 /// hanging).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
+/// The replicas the stand-in scaler sets.
+const SCALED: i32 = 2;
 /// How often the observer looks.
 const OBSERVE_EVERY: Duration = Duration::from_millis(200);
 
@@ -114,16 +119,18 @@ enum Fault {
     TemporalRestart,
     ConnectionRefChange,
     RapidImageChanges,
+    ScalerTakeover,
 }
 
 impl Fault {
-    const ALL: [Fault; 6] = [
+    const ALL: [Fault; 7] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
         Fault::TemporalRestart,
         Fault::ConnectionRefChange,
         Fault::RapidImageChanges,
+        Fault::ScalerTakeover,
     ];
 
     fn name(self) -> &'static str {
@@ -134,6 +141,7 @@ impl Fault {
             Fault::TemporalRestart => "Temporal restart",
             Fault::ConnectionRefChange => "connectionRef change",
             Fault::RapidImageChanges => "rapid image changes",
+            Fault::ScalerTakeover => "scaler takes over replicas",
         }
     }
 }
@@ -148,8 +156,10 @@ struct Report {
     observations: u64,
     /// Reads that failed (a server restarting): skipped, not judged.
     read_errors: u64,
-    /// Pinned workflows started: (id, Temporal namespace).
+    /// Pinned workflows started.
     pinned: Vec<String>,
+    /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
+    scaled: Vec<(String, String)>,
 }
 
 impl Report {
@@ -623,6 +633,11 @@ async fn apply(
                 )
                 .await?;
         }
+        Fault::ScalerTakeover => {
+            let i = rng.between(0, run.names.len() as u64 - 1) as usize;
+            let name = run.names[i].clone();
+            take_over(run, &name).await?;
+        }
         Fault::RapidImageChanges => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];
@@ -649,6 +664,53 @@ async fn apply(
                 .await;
         }
     }
+    Ok(())
+}
+
+/// A WorkerResourceTemplate rendering an HPA for `name` (once), then, once the controller
+/// applied it, the current version's Deployment scaled to [`SCALED`] as an HPA would.
+async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
+    use twc_api::WorkerResourceTemplate;
+    let wrts: Api<WorkerResourceTemplate> = Api::namespaced(run.client.clone(), &run.ns);
+    let wrt_name = format!("{name}-hpa");
+    if wrts.get_opt(&wrt_name).await?.is_none() {
+        let wrt: WorkerResourceTemplate = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": wrt_name},
+            "spec": {"workerDeploymentRef": {"name": name}, "template": {
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3, "metrics": []}
+            }}
+        }))?;
+        wrts.create(&PostParams::default(), &wrt).await?;
+    }
+    let state = run.describe(name).await.context("Temporal unreadable")?;
+    let build = state.current_build_id.context("no current version")?;
+    // The controller has seen the template once it applied it for this build.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let applied = wrts.get(&wrt_name).await?.status.is_some_and(|s| {
+            s.versions
+                .iter()
+                .any(|v| v.build_id == build && v.last_applied_hash.is_some())
+        });
+        if applied {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the controller did not apply {wrt_name} for {build} within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    run.deployments()
+        .patch_scale(
+            &build_id::deployment_name(name, &build),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": SCALED}})),
+        )
+        .await?;
+    run.report().scaled.push((name.to_string(), build));
     Ok(())
 }
 
@@ -684,6 +746,30 @@ async fn observe(run: &Run<'_>) {
                     } else {
                         let _ = problem;
                     }
+                }
+            }
+            let scaled: Vec<String> = run
+                .report()
+                .scaled
+                .iter()
+                .filter(|(n, _)| n == name)
+                .map(|(_, b)| b.clone())
+                .collect();
+            for build in scaled {
+                if state.current_build_id.as_deref() != Some(build.as_str()) {
+                    continue;
+                }
+                let deployment = build_id::deployment_name(name, &build);
+                if let Ok(Some(d)) = run.deployments().get_opt(&deployment).await
+                    && let Some(replicas) = d.spec.and_then(|s| s.replicas)
+                    && replicas < SCALED
+                {
+                    let mut report = run.report();
+                    report.violate(
+                        "I4",
+                        format!("{name}: {deployment}'s replicas, set to {SCALED} by a scaler, were written to {replicas}"),
+                    );
+                    report.scaled.retain(|(n, b)| !(n == name && *b == build));
                 }
             }
             if converged_with(run, name, &state).await != Some(true) {

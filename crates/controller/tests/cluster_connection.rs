@@ -622,3 +622,45 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     );
     Ok(())
 }
+
+/// #11 path 7: a client nobody asked for in 15 minutes is dropped (its WorkerDeployments are
+/// gone or moved); one asked for keeps living. Time is given to the pool, not waited for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
+    use std::time::SystemTime;
+    use twc_controller::connections::auth::{Auth, Credentials};
+    use twc_controller::temporal::pool::{ClientPool, PoolKey};
+
+    let w = world(true).await?;
+    let pool = ClientPool::new("twc/test");
+    let spec: twc_api::ConnectionSpec = from_json(json!({"hostPort": w.env.temporal.address}));
+    let auth = Auth {
+        credentials: Credentials::None,
+        ca_pem: None,
+    };
+    let other = w.env.temporal_namespace().await?;
+    let used = PoolKey::new(&spec, "default", Vec::new());
+    let idle = PoolKey::new(&spec, &other, Vec::new());
+    pool.dial(used.clone(), &auth).await?;
+    pool.dial(idle.clone(), &auth).await?;
+    let start = SystemTime::now();
+    let minutes = |m: u64| start + Duration::from_secs(m * 60);
+    for m in [5, 10, 14] {
+        assert!(pool.get(&used, minutes(m)).is_some());
+    }
+    assert!(
+        pool.get(&idle, minutes(14)).is_some(),
+        "idle for 14 minutes: kept"
+    );
+    // The idle one was last asked for at minute 14; `used` keeps being asked for.
+    for m in [20, 28] {
+        assert!(pool.get(&used, minutes(m)).is_some());
+    }
+    assert!(pool.get(&used, minutes(30)).is_some());
+    assert_eq!(
+        pool.keys(),
+        vec![used],
+        "the client idle for 16 minutes is gone"
+    );
+    Ok(())
+}

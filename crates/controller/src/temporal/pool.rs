@@ -59,7 +59,13 @@ impl PoolKey {
 struct Entry {
     connection: Connection,
     redial_at: Option<SystemTime>,
+    /// When a reconcile last asked for it.
+    used_at: SystemTime,
 }
+
+/// A client nobody asked for this long is dropped (its WorkerDeployments are gone, or moved
+/// to another connection); the next user dials again.
+pub const IDLE: Duration = Duration::from_secs(15 * 60);
 
 /// The pool. Cheap to clone.
 #[derive(Clone)]
@@ -69,6 +75,8 @@ pub struct ClientPool {
     /// One dial at a time per key: concurrent reconciles of many users of one connection
     /// wait for the first dial instead of each dialling.
     dialing: Arc<Mutex<HashMap<PoolKey, Arc<tokio::sync::Mutex<()>>>>>,
+    /// When idle clients were last looked for (at most once a minute).
+    swept_at: Arc<Mutex<SystemTime>>,
 }
 
 impl ClientPool {
@@ -77,6 +85,7 @@ impl ClientPool {
             identity: identity.into(),
             entries: Default::default(),
             dialing: Default::default(),
+            swept_at: Arc::new(Mutex::new(SystemTime::UNIX_EPOCH)),
         }
     }
 
@@ -95,9 +104,13 @@ impl ClientPool {
 
     /// The cached connection for `key`, if any and not due for a re-dial.
     pub fn get(&self, key: &PoolKey, now: SystemTime) -> Option<Connection> {
+        self.sweep(now);
         let mut entries = self.entries.lock().ok()?;
-        match entries.get(key) {
-            Some(e) if e.redial_at.is_none_or(|t| now < t) => Some(e.connection.clone()),
+        match entries.get_mut(key) {
+            Some(e) if e.redial_at.is_none_or(|t| now < t) => {
+                e.used_at = now;
+                Some(e.connection.clone())
+            }
             Some(_) => {
                 entries.remove(key);
                 None
@@ -140,10 +153,27 @@ impl ClientPool {
                 Entry {
                     connection: connection.clone(),
                     redial_at: auth.redial_at(),
+                    used_at: SystemTime::now(),
                 },
             );
         }
         Ok(connection)
+    }
+
+    /// Drops the clients idle for [`IDLE`] at `now` (looked for at most once a minute).
+    fn sweep(&self, now: SystemTime) {
+        {
+            let Ok(mut swept) = self.swept_at.lock() else {
+                return;
+            };
+            if now.duration_since(*swept).unwrap_or_default() < Duration::from_secs(60) {
+                return;
+            }
+            *swept = now;
+        }
+        if let Ok(mut entries) = self.entries.lock() {
+            entries.retain(|_, e| now.duration_since(e.used_at).unwrap_or_default() < IDLE);
+        }
     }
 
     /// Drops the client for `key` (after an authentication or transport error).

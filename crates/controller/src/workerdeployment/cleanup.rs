@@ -110,6 +110,9 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             if !skip_drainage {
                 keep = Kept::of(&state, true);
                 keep.manager = Some(state.manager_identity.clone());
+                keep.confirm_draining(target)
+                    .await
+                    .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
             }
             if keep.is_empty() {
                 ctx.event(
@@ -145,6 +148,9 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             }
             if !skip_drainage {
                 keep = Kept::of(&state, false);
+                keep.confirm_draining(target)
+                    .await
+                    .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
             }
             temporal_state = Some(state);
         }
@@ -166,12 +172,16 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             (d.name_any(), build)
         })
         .collect();
+    let mut stopping = 0;
     for (name, build) in &owned {
         if keep.contains(build) {
             continue;
         }
+        stopping += 1;
+        // Foreground: the Deployment stays (Terminating) until its pods are gone, so its
+        // absence from the cache means its workers stopped polling.
         let dp = DeleteParams {
-            propagation_policy: Some(PropagationPolicy::Background),
+            propagation_policy: Some(PropagationPolicy::Foreground),
             ..Default::default()
         };
         match deployments.delete(name, &dp).await {
@@ -189,6 +199,14 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         report_waiting(wd, ctx, &deployment_name, &keep).await?;
         return Ok(Action::requeue(
             ctx.intervals.moving.max(ctx.intervals.steady),
+        ));
+    }
+
+    if temporal_state.is_some() && stopping > 0 {
+        // A worker still polling would register its version again right after its deletion
+        // (and with it the worker deployment): delete the versions once the workers are gone.
+        return retry(format!(
+            "{stopping} versioned Deployments are stopping their workers"
         ));
     }
 
@@ -263,6 +281,19 @@ impl Kept {
             .map(|(b, _)| b.clone())
             .collect();
         kept
+    }
+
+    /// Drops the Draining versions that say themselves they are drained: the worker
+    /// deployment's summary can lag a version's own drainage status.
+    async fn confirm_draining(&mut self, target: &WorkerDeploymentRef<'_>) -> Result<(), Status> {
+        let mut still = Vec::new();
+        for build in std::mem::take(&mut self.draining) {
+            if !target.drained(&build).await? {
+                still.push(build);
+            }
+        }
+        self.draining = still;
+        Ok(())
     }
 
     fn is_empty(&self) -> bool {
