@@ -409,7 +409,7 @@ async fn http_get(addr: &str, path: &str) -> Option<String> {
 }
 
 fn connection_ref(i: usize) -> Value {
-    if i % 2 == 0 {
+    if i.is_multiple_of(2) {
         json!({"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": CLUSTER_CONNECTION}})
     } else {
         json!({"objectRef": {"apiGroup": "temporal.io", "kind": "Connection", "name": CONNECTION}})
@@ -437,7 +437,7 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
         .create(&PostParams::default(), &c)
         .await?;
     for (i, name) in run.names.iter().enumerate() {
-        let rollout = if i % 2 == 0 {
+        let rollout = if i.is_multiple_of(2) {
             json!({"strategy": "AllAtOnce"})
         } else {
             json!({"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]})
