@@ -6,6 +6,7 @@ use temporalio_client::tonic;
 use temporalio_common::protos::temporal::api::common::v1::{
     Payload, Payloads, WorkflowExecution as PbExecution, WorkflowType,
 };
+use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersionInfo as VersionInfo;
 use temporalio_common::protos::temporal::api::enums::v1::{
     TaskQueueKind, TaskQueueType, VersionDrainageStatus, WorkerVersioningMode,
     WorkflowExecutionStatus as PbStatus, WorkflowIdConflictPolicy, WorkflowIdReusePolicy,
@@ -53,54 +54,43 @@ fn status_of(code: i32) -> WorkflowExecutionStatus {
 }
 
 impl WorkerDeploymentRef<'_> {
-    /// Whether the version itself says it is drained (`DescribeWorkerDeploymentVersion`). The
-    /// worker deployment's summary of a version can stay at Draining after the version drained
-    /// (seen after server restarts); the version's own drainage info is the one to trust
-    /// before letting its workers go. Unknown versions are not drained.
-    pub async fn drained(&self, build_id: &str) -> Result<bool, Status> {
+    /// `DescribeWorkerDeploymentVersion` of `build_id`; None when the server does not know it.
+    async fn describe_version(&self, build_id: &str) -> Result<Option<VersionInfo>, Status> {
         let mut svc = self.conn.workflow_service();
         let request = DescribeWorkerDeploymentVersionRequest {
             namespace: self.namespace.to_string(),
             deployment_version: self.version(build_id),
             ..Default::default()
         };
-        let response = match rpc(
+        match rpc(
             "DescribeWorkerDeploymentVersion",
             svc.describe_worker_deployment_version(tonic::Request::new(request)),
         )
         .await
         {
-            Ok(r) => r.into_inner(),
-            Err(s) if s.code() == Code::NotFound => return Ok(false),
-            Err(s) => return Err(s),
-        };
-        Ok(response
-            .worker_deployment_version_info
+            Ok(r) => Ok(r.into_inner().worker_deployment_version_info),
+            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) => Err(s),
+        }
+    }
+
+    /// Whether the version itself says it is drained. The worker deployment's summary of a
+    /// version can stay at Draining after the version drained (seen after server restarts);
+    /// the version's own drainage info is the one to trust before letting its workers go.
+    /// Unknown versions are not drained.
+    pub async fn drained(&self, build_id: &str) -> Result<bool, Status> {
+        Ok(self
+            .describe_version(build_id)
+            .await?
             .and_then(|i| i.drainage_info)
             .is_some_and(|d| d.status() == VersionDrainageStatus::Drained))
     }
 
-    /// `DescribeWorkerDeploymentVersion`: the task queues `build_id` polls (empty while the
-    /// server has not recorded any, or if the version is unknown).
+    /// The task queues `build_id` polls (empty while the server has not recorded any, or if
+    /// the version is unknown).
     pub async fn task_queues(&self, build_id: &str) -> Result<Vec<TaskQueueRef>, Status> {
-        let mut svc = self.conn.workflow_service();
-        let request = DescribeWorkerDeploymentVersionRequest {
-            namespace: self.namespace.to_string(),
-            deployment_version: self.version(build_id),
-            ..Default::default()
-        };
-        let response = match rpc(
-            "DescribeWorkerDeploymentVersion",
-            svc.describe_worker_deployment_version(tonic::Request::new(request)),
-        )
-        .await
-        {
-            Ok(r) => r.into_inner(),
-            Err(s) if s.code() == Code::NotFound => return Ok(Vec::new()),
-            Err(s) => return Err(s),
-        };
-        let mut queues: Vec<TaskQueueRef> = response
-            .worker_deployment_version_info
+        let info = self.describe_version(build_id).await?;
+        let mut queues: Vec<TaskQueueRef> = info
             .map(|i| i.task_queue_infos)
             .unwrap_or_default()
             .into_iter()
