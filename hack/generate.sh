@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Writes every generated file (CRD YAML, RBAC, and the chart parts made from them) from the
-# code. With --check, fails if a checked-in file differs from what the code generates, naming
-# this command.
+# Writes every generated file (CRD YAML, RBAC, the chart parts made from them, and the Go-derived
+# tables of crates/gocompat) from the code. With --check, fails if a checked-in file differs from
+# what the code generates, naming this command.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 check=false
@@ -23,6 +23,19 @@ mkdir -p "$out/$crd_chart/files" "$out/$chart/files"
 cp -r "$out/config/crd" "$out/$crd_chart/files/crd"
 cp -r "$out/config/rbac" "$out/$chart/files/rbac"
 generated=(config/crd config/rbac "$crd_chart/files/crd" "$chart/files/rbac")
+
+# crates/gocompat: the encoding/json field table of corev1.PodTemplateSpec and the test tables,
+# written by the Go program in hack/gofields from the Go libraries TWC uses (Go's build cache
+# keeps this cheap after the first run).
+gocompat=crates/gocompat
+(cd hack/gofields && GOTOOLCHAIN=local GOFLAGS=-mod=mod go build -o "$out/gofields" .)
+mkdir -p "$out/$gocompat/src" "$out/$gocompat/tests/data"
+"$out/gofields" fields | rustfmt --edition 2024 >"$out/$gocompat/src/fields.rs"
+for table in quantities.tsv references.tsv templates.jsonl; do
+  "$out/gofields" "${table%.*}" >"$out/$gocompat/tests/data/$table"
+done
+generated+=("$gocompat/src/fields.rs" "$gocompat/tests/data/quantities.tsv"
+  "$gocompat/tests/data/references.tsv" "$gocompat/tests/data/templates.jsonl")
 
 if $check; then
   status=0
