@@ -204,6 +204,8 @@ pub enum RolloutStrategyKind {
         .message("steps are required for Progressive rollout"),
     validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
         .message("exactly one of configMapKeyRef or secretKeyRef must be set"),
+    validation = Rule::new("!has(self.gate) || !(has(self.gate.input) && has(self.gate.inputFrom))")
+        .message("only one of input or inputFrom may be set"),
     validation = Rule::new("!has(self.steps) || self.steps.map(s, s.rampPercentage).isSorted() && self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage))")
         .message("steps[].rampPercentage must be strictly increasing from one step to the next")
 )]
@@ -513,11 +515,20 @@ impl WorkerDeploymentSpec {
                 message,
             })
         };
+        // The template must be one Go decodes: its Go JSON is what the build ID hashes.
+        match serde_json::to_value(&self.template) {
+            Ok(v) => {
+                if let Err(e) = twc_gocompat::pod_template_spec(&v) {
+                    err(&format!("spec.template.{}", e.path), e.message);
+                }
+            }
+            Err(e) => err("spec.template", e.to_string()),
+        }
         if let Some(gate) = &self.rollout.gate {
             if gate.input.is_some() && gate.input_from.is_some() {
                 err(
                     "spec.rollout.gate",
-                    "input and inputFrom are mutually exclusive: set only one".into(),
+                    "only one of input or inputFrom may be set".into(),
                 );
             }
             if let Some(from) = &gate.input_from
@@ -622,6 +633,20 @@ mod tests {
     }
 
     #[test]
+    fn a_template_go_cannot_decode_is_refused_naming_the_field() {
+        let mut s = spec();
+        s.template = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+            {"name": "w", "image": "w:1", "resources": {"requests": {"memory": "1 GB"}}}]}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].field,
+            "spec.template.spec.containers[0].resources.requests.memory"
+        );
+    }
+
+    #[test]
     fn gate_input_and_input_from_are_exclusive() {
         let mut s = spec();
         s.rollout.gate = Some(GateWorkflowConfig {
@@ -635,7 +660,10 @@ mod tests {
         let errors = s.validate();
         assert_eq!(errors.len(), 1, "{errors:?}");
         assert_eq!(errors[0].field, "spec.rollout.gate");
-        assert!(errors[0].message.contains("mutually exclusive"));
+        assert_eq!(
+            errors[0].message,
+            "only one of input or inputFrom may be set"
+        );
     }
 
     #[test]

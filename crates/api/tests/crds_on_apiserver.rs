@@ -149,6 +149,16 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "exactly one of configMapKeyRef or secretKeyRef must be set",
         ),
         (
+            "gate with both input and inputFrom (TWC's webhook message)",
+            set(
+                minimal_wd("g"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Gate", "input": {"a": 1}, "inputFrom": {
+                    "configMapKeyRef": {"name": "a", "key": "k"}}}),
+            ),
+            "only one of input or inputFrom may be set",
+        ),
+        (
             "gate inputFrom with no source",
             set(
                 minimal_wd("g"),
@@ -667,5 +677,148 @@ async fn cluster_connection_round_trips_through_the_typed_api() -> TestResult {
     assert_eq!(created.spec, spec);
     assert_eq!(api.get(&name).await?.spec, spec);
     api.delete(&name, &Default::default()).await?;
+    Ok(())
+}
+
+/// `config/admission/workerresourcetemplate-authz.yaml` on the real apiserver: a user who may
+/// create HPAs in a namespace may create a WorkerResourceTemplate of an HPA there; a user who
+/// may create WorkerResourceTemplates but not HPAs is refused with a message naming what they
+/// may not do (so a template cannot make the controller create it for them).
+#[tokio::test]
+async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> TestResult {
+    use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
+    use kube::api::{Patch, PatchParams};
+    let (env, admin) = setup().await?;
+    let policy = std::fs::read_to_string(
+        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+            .join("../../config/admission/workerresourcetemplate-authz.yaml"),
+    )?;
+    for doc in serde_yaml::Deserializer::from_str(&policy) {
+        let obj: DynamicObject = serde::Deserialize::deserialize(doc)?;
+        let types = obj
+            .types
+            .clone()
+            .ok_or("a policy document without a kind")?;
+        let (group, version) = types.api_version.split_once('/').ok_or("no group")?;
+        let plural = format!("{}s", types.kind.to_lowercase());
+        let ar = ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk(group, version, &types.kind),
+            &plural,
+        );
+        let name = obj.metadata.name.clone().ok_or("no name")?;
+        Api::<DynamicObject>::all_with(admin.clone(), &ar)
+            .patch(
+                &name,
+                &PatchParams::apply("twc-test").force(),
+                &Patch::Apply(&obj),
+            )
+            .await?;
+    }
+    let ns = env.namespace("wrt-authz").await?;
+    let rule = |group: &str, resource: &str| PolicyRule {
+        api_groups: Some(vec![group.into()]),
+        resources: Some(vec![resource.into()]),
+        verbs: vec![
+            "create".into(),
+            "update".into(),
+            "delete".into(),
+            "get".into(),
+        ],
+        ..Default::default()
+    };
+    for (user, rules) in [
+        (
+            "may",
+            vec![
+                rule("temporal.io", "workerresourcetemplates"),
+                rule("autoscaling", "horizontalpodautoscalers"),
+            ],
+        ),
+        (
+            "may-not",
+            vec![rule("temporal.io", "workerresourcetemplates")],
+        ),
+    ] {
+        let meta = kube::api::ObjectMeta {
+            name: Some(user.into()),
+            ..Default::default()
+        };
+        Api::<Role>::namespaced(admin.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &Role {
+                    metadata: meta.clone(),
+                    rules: Some(rules),
+                },
+            )
+            .await?;
+        Api::<RoleBinding>::namespaced(admin.clone(), &ns)
+            .create(
+                &PostParams::default(),
+                &RoleBinding {
+                    metadata: meta,
+                    role_ref: RoleRef {
+                        api_group: "rbac.authorization.k8s.io".into(),
+                        kind: "Role".into(),
+                        name: user.into(),
+                    },
+                    subjects: Some(vec![Subject {
+                        kind: "ServiceAccount".into(),
+                        name: user.into(),
+                        namespace: Some(ns.clone()),
+                        ..Default::default()
+                    }]),
+                },
+            )
+            .await?;
+    }
+    let wrt = |name: &str| {
+        object(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": name},
+            "spec": {
+                "workerDeploymentRef": {"name": "orders"},
+                "template": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                    "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3}}
+            }
+        }))
+    };
+    let may_not = env
+        .control_plane
+        .client_as_service_account(&ns, "may-not")
+        .await?;
+    let refused = api(&may_not, &ns, "WorkerResourceTemplate");
+    // A new policy takes a moment to be enforced: wait until it refuses, then check both.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let message = loop {
+        match refused
+            .create(&PostParams::default(), &wrt("refused"))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => break s.message,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {
+                refused.delete("refused", &Default::default()).await?;
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "the policy was never enforced"
+                );
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    };
+    assert!(
+        message.contains(&format!(
+            "system:serviceaccount:{ns}:may-not may not create horizontalpodautoscalers.autoscaling in namespace {ns}"
+        )),
+        "{message}"
+    );
+    let may = env
+        .control_plane
+        .client_as_service_account(&ns, "may")
+        .await?;
+    api(&may, &ns, "WorkerResourceTemplate")
+        .create(&PostParams::default(), &wrt("allowed"))
+        .await?;
     Ok(())
 }

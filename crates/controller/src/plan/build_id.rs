@@ -1,64 +1,42 @@
-//! Build IDs and versioned Deployment names.
+//! Build IDs and versioned Deployment names, exactly as TWC computes them, so a
+//! WorkerDeployment TWC ran keeps its versions here.
 //!
-//! A build ID is `<image prefix>-<hash>`: the image tag (or digest, or repository) of the first
-//! container, at most 58 characters, then a 4-character hash of the pod template. The hash
-//! input is the template's **canonical JSON**: absent fields omitted, object keys sorted
-//! bytewise at every level, no whitespace; the hash is FNV-1a (32 bit) of those bytes, modulo
-//! 10000, as 4 decimal digits, each mapped into the alphabet `bcdfghjklmnpqrstvwxz2456789`
-//! (no vowels, so no words). Golden tests pin the results for fixed templates, so a dependency
-//! upgrade that changed serialization would fail the build instead of silently creating new
-//! versions of every worker.
+//! A build ID is `<image prefix>-<hash>`. The prefix is the first container's image tag, else
+//! its digest's hex, else its repository path (Go's `reference.Parse`; the raw image when that
+//! fails), at most 58 bytes. The hash input is the bytes of Go's `encoding/json` of the
+//! `corev1.PodTemplateSpec` ([`go_json`], from `twc-gocompat`): Go's field order and omission
+//! rules, not a sorted JSON. The hash is FNV-1a (32 bit) of those bytes, modulo 10000, as 4
+//! decimal digits, each mapped into the alphabet `bcdfghjklmnpqrstvwxz2456789` (no vowels, so
+//! no words); without an image the build ID is the same modulus as 10 digits. The whole is
+//! cleaned to `[a-zA-Z0-9-._]`. Golden tests pin the results against TWC's own output for 30
+//! templates, so a dependency upgrade that changed serialization fails the build instead of
+//! silently creating new versions of every worker.
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
-use serde_json::Value;
 use sha2::{Digest, Sha256};
+pub use twc_gocompat::GoJsonError;
 
 const SAFE_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 /// Longest build ID (a label value and Temporal's limit).
 pub const MAX_BUILD_ID: usize = 63;
-/// Longest image prefix in a build ID.
-const MAX_PREFIX: usize = 58;
 /// Longest versioned Deployment name, so pod names stay within 63 characters.
 pub const MAX_DEPLOYMENT_NAME: usize = 47;
 
-/// The canonical JSON of any serializable value (see the module documentation).
-pub fn canonical_json<T: serde::Serialize>(value: &T) -> String {
-    let v = serde_json::to_value(value).unwrap_or(Value::Null);
-    let mut out = String::new();
-    write_canonical(&v, &mut out);
-    out
+/// The bytes TWC hashes: Go's `encoding/json` of the template. Fails only for a template Go
+/// could not decode (a malformed quantity, a wrong JSON type), which
+/// `WorkerDeploymentSpec::validate` refuses (`InvalidSpec`) before anything is planned.
+pub fn go_json(template: &PodTemplateSpec) -> Result<String, GoJsonError> {
+    let value = serde_json::to_value(template).map_err(|e| GoJsonError {
+        path: String::new(),
+        message: e.to_string(),
+    })?;
+    twc_gocompat::pod_template_spec(&value)
 }
 
-fn write_canonical(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                out.push_str(&Value::String((*k).clone()).to_string());
-                out.push(':');
-                if let Some(child) = map.get(*k) {
-                    write_canonical(child, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_canonical(item, out);
-            }
-            out.push(']');
-        }
-        other => out.push_str(&other.to_string()),
-    }
+/// [`go_json`] for hashing. A template it refuses is never planned (see [`go_json`]); its
+/// hash input is then the error itself, which no valid template has.
+fn hash_input(template: &PodTemplateSpec) -> String {
+    go_json(template).unwrap_or_else(|e| format!("invalid template: {e}"))
 }
 
 fn fnv1a32(bytes: &[u8]) -> u32 {
@@ -84,17 +62,22 @@ pub fn template_hash(template: &PodTemplateSpec) -> String {
 /// [`template_hash`] with a collision count: when not 0, its decimal digits are hashed after
 /// the JSON (0 leaves the hash as TWC computes it).
 pub fn template_hash_with(template: &PodTemplateSpec, collision_count: u32) -> String {
-    let mut json = canonical_json(template);
+    hash_digits(template, collision_count, 4)
+}
+
+/// The template's hash modulo 10000 in `width` digits, safe-encoded.
+fn hash_digits(template: &PodTemplateSpec, collision_count: u32, width: usize) -> String {
+    let mut json = hash_input(template);
     if collision_count > 0 {
         json.push_str(&collision_count.to_string());
     }
     let sum = fnv1a32(json.as_bytes());
-    safe_encode(&format!("{:04}", sum % 10_000))
+    safe_encode(&format!("{:0width$}", sum % 10_000))
 }
 
-/// The hex sha256 of the template's canonical JSON (the `pod-template-spec-hash` annotation).
+/// The hex sha256 of the template's Go JSON (the `pod-template-spec-hash` annotation, TWC's).
 pub fn template_digest(template: &PodTemplateSpec) -> String {
-    hex(&Sha256::digest(canonical_json(template).as_bytes()))
+    hex(&Sha256::digest(hash_input(template).as_bytes()))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -125,17 +108,23 @@ fn truncate(s: &str, n: usize) -> &str {
     }
 }
 
-/// The image part a build ID starts with: the tag, else the digest hex, else the repository.
-fn image_prefix(image: &str) -> String {
-    if let Some((_, digest)) = image.split_once('@') {
-        let hex = digest.split_once(':').map(|(_, h)| h).unwrap_or(digest);
-        return truncate(hex, MAX_PREFIX).to_string();
+/// The image part a build ID starts with: the tag, else the digest hex, else the repository
+/// path, else the raw image; cut to `max` bytes as Go cuts a string (a character cut in two is
+/// no letter, and cleaning makes it `-`).
+fn image_prefix(image: &str, max: usize) -> String {
+    let prefix = twc_gocompat::parse_reference(image).prefix(image);
+    if prefix.len() <= max {
+        return prefix.to_string();
     }
-    let last_slash = image.rfind('/').map(|i| i + 1).unwrap_or(0);
-    match image[last_slash..].rfind(':') {
-        Some(i) => truncate(&image[last_slash + i + 1..], MAX_PREFIX).to_string(),
-        None => truncate(image, MAX_PREFIX).to_string(),
+    let mut end = max;
+    while !prefix.is_char_boundary(end) {
+        end -= 1;
     }
+    let mut cut = prefix[..end].to_string();
+    if end < max {
+        cut.push('\u{fffd}');
+    }
+    cut
 }
 
 /// The build ID of a template, or the cleaned custom build ID if one is set.
@@ -156,18 +145,20 @@ pub fn build_id_with(
             return truncate(&c, MAX_BUILD_ID).to_string();
         }
     }
-    let hash = template_hash_with(template, collision_count);
     let image = template
         .spec
         .as_ref()
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
         .unwrap_or_default();
-    let id = if image.is_empty() {
-        hash
-    } else {
-        clean(&format!("{}-{hash}", image_prefix(&image)))
-    };
+    if image.is_empty() {
+        return hash_digits(template, collision_count, 10);
+    }
+    let suffix = format!("-{}", template_hash_with(template, collision_count));
+    let id = clean(&format!(
+        "{}{suffix}",
+        image_prefix(&image, MAX_BUILD_ID - suffix.len())
+    ));
     truncate(&id, MAX_BUILD_ID).to_string()
 }
 
@@ -216,30 +207,68 @@ mod tests {
         template(json!({"spec": {"containers": [{"name": "worker", "image": image}]}}))
     }
 
-    /// Golden values: if one of these changes, every existing worker would get a new version
-    /// on upgrade. Change them only on purpose, with a migration note.
+    /// TWC's own results for 30 WorkerDeployments (`shared/reference/twc-build-ids.json`,
+    /// computed by TWC's functions): if one of these changed, every worker TWC ran would get
+    /// a new version on takeover.
     #[test]
-    fn build_ids_are_pinned() {
-        assert_eq!(build_id(&worker("example.com/worker:v1"), None), "v1-d975");
-        assert_eq!(build_id(&worker("example.com/worker:v2"), None), "v2-476d");
-        assert_eq!(
-            build_id(
-                &worker("registry:5000/team/worker@sha256:4f1d5e1bd6cfb2b6"),
-                None
-            ),
-            "4f1d5e1bd6cfb2b6-dbdc"
-        );
-        assert_eq!(build_id(&worker("worker"), None), "worker-c658");
-        let with_env = template(json!({
-            "metadata": {"labels": {"app": "w", "team": "t"}},
-            "spec": {"containers": [{"name": "worker", "image": "w:1.2.3",
-                "env": [{"name": "A", "value": "1"}]}]}
-        }));
-        assert_eq!(build_id(&with_env, None), "1.2.3-6989");
-        // The canonical form itself, spelled out.
-        assert_eq!(
-            canonical_json(&with_env),
-            r#"{"metadata":{"labels":{"app":"w","team":"t"}},"spec":{"containers":[{"env":[{"name":"A","value":"1"}],"image":"w:1.2.3","name":"worker"}]}}"#
+    fn build_ids_are_twcs() {
+        let cases: serde_json::Value = serde_json::from_str(include_str!(
+            "../../../gocompat/tests/data/twc-build-ids.json"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let cases = cases["cases"].as_array().cloned().unwrap_or_default();
+        assert_eq!(cases.len(), 30);
+        for case in cases {
+            let name = case["name"].as_str().unwrap_or_default();
+            let wd = &case["workerDeployment"];
+            let tpl = template(wd["spec"]["template"].clone());
+            let custom = wd["spec"]["workerOptions"]["unsafeCustomBuildID"].as_str();
+            let build = build_id(&tpl, custom);
+            assert_eq!(
+                build,
+                case["buildID"].as_str().unwrap_or_default(),
+                "{name}"
+            );
+            assert_eq!(
+                go_json(&tpl).ok().as_deref(),
+                case["templateGoJSON"].as_str(),
+                "{name}"
+            );
+            let wd_name = wd["metadata"]["name"].as_str().unwrap_or_default();
+            let ns = wd["metadata"]["namespace"].as_str().unwrap_or_default();
+            assert_eq!(
+                deployment_name(wd_name, &build),
+                case["versionedDeploymentName"].as_str().unwrap_or_default(),
+                "{name}"
+            );
+            assert_eq!(
+                temporal_deployment_name(ns, wd_name),
+                case["temporalWorkerDeploymentName"]
+                    .as_str()
+                    .unwrap_or_default(),
+                "{name}"
+            );
+            let annotations = &case["renderedDeployments"]["plain"]["spec"]["template"]["metadata"]
+                ["annotations"];
+            assert_eq!(
+                Some(template_digest(&tpl).as_str()),
+                annotations["temporal.io/pod-template-spec-hash"].as_str(),
+                "{name}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_template_go_cannot_decode_is_an_error_naming_the_field() {
+        let tpl = template(json!({"spec": {"containers": [{"name": "w", "image": "w:1",
+            "resources": {"limits": {"cpu": "one"}}}]}}));
+        let e = go_json(&tpl)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.starts_with("spec.containers[0].resources.limits.cpu"),
+            "{e}"
         );
     }
 
@@ -290,9 +319,16 @@ mod tests {
 
     #[test]
     fn prefixes_come_from_tag_digest_or_repository() {
-        assert_eq!(image_prefix("r:5000/a/b:tag"), "tag");
-        assert_eq!(image_prefix("r:5000/a/b"), "r:5000/a/b");
-        assert_eq!(image_prefix("b@sha256:abcd"), "abcd");
-        assert_eq!(image_prefix(&format!("b:{}", "t".repeat(70))).len(), 58);
+        assert_eq!(image_prefix("r:5000/a/b:tag", 58), "tag");
+        assert_eq!(image_prefix("r:5000/a/b", 58), "a/b");
+        let digest = format!("b@sha256:{}", "ab".repeat(32));
+        assert_eq!(image_prefix(&digest, 58), "ab".repeat(29));
+        assert_eq!(image_prefix(&format!("b:{}", "t".repeat(70)), 58).len(), 58);
+        // Not a reference (upper case in the path): the raw string, cut by bytes as Go does;
+        // the character cut in two becomes `-` when cleaned.
+        let raw = format!("x/Wörker{}", "é".repeat(30));
+        let cut = image_prefix(&raw, 10);
+        assert_eq!(cut, "x/Wörker\u{fffd}");
+        assert_eq!(clean(&format!("{cut}-hash")), "x-W-rker--hash");
     }
 }

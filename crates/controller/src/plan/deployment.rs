@@ -5,8 +5,7 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    EnvVar, EnvVarSource, PodTemplateSpec, SecretKeySelector, SecretVolumeSource, Volume,
-    VolumeMount,
+    EnvVar, EnvVarSource, PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
@@ -110,10 +109,11 @@ fn injections(
         }),
         ..Default::default()
     };
+    // Secret volumes are read-only whatever the mount says; TWC's mount sets no `readOnly`,
+    // and a pod template that differs from TWC's in one field would restart its workers.
     let mount = |name: &str, path: &str| VolumeMount {
         name: name.into(),
         mount_path: path.into(),
-        read_only: Some(true),
         ..Default::default()
     };
     match conn.auth_mode() {
@@ -135,11 +135,8 @@ fn injections(
             vars.push(EnvVar {
                 name: "TEMPORAL_API_KEY".into(),
                 value_from: Some(EnvVarSource {
-                    secret_key_ref: conn.api_key_secret_ref.clone().map(|r| SecretKeySelector {
-                        name: r.name,
-                        key: r.key,
-                        optional: None,
-                    }),
+                    // As the Connection gives it, as TWC does (the key itself never).
+                    secret_key_ref: conn.api_key_secret_ref.clone(),
                     ..Default::default()
                 }),
                 ..Default::default()
@@ -165,17 +162,33 @@ fn injections(
     (vars, volumes, mounts)
 }
 
-/// Pod-template annotation listing the environment variables the controller injected, so a
-/// connection change can replace exactly those in an older version's Deployment.
+/// Deployment annotation listing the environment variables the controller injected, so a
+/// connection change can replace exactly those in an older version's Deployment. It is on the
+/// Deployment, not on its pod template: the pod template stays exactly TWC's, so a Deployment
+/// TWC created is adopted without restarting a pod.
 pub const INJECTED_ENV: &str = "temporal.io/injected-env";
 
-/// The pod template of a version: the user's template with the injections, labels and hash
-/// annotations.
-pub fn pod_template(
+/// What TWC injects (and so what a Deployment without [`INJECTED_ENV`], one TWC created, holds
+/// of ours): the variables of every connection kind.
+const TWC_INJECTED_ENV: [&str; 9] = [
+    "TEMPORAL_ADDRESS",
+    "TEMPORAL_NAMESPACE",
+    "TEMPORAL_DEPLOYMENT_NAME",
+    "TEMPORAL_WORKER_BUILD_ID",
+    "TEMPORAL_TLS_SERVER_NAME",
+    "TEMPORAL_TLS",
+    "TEMPORAL_TLS_CLIENT_KEY_PATH",
+    "TEMPORAL_TLS_CLIENT_CERT_PATH",
+    "TEMPORAL_API_KEY",
+];
+
+/// The pod template of a version (the user's template with the injections, labels and hash
+/// annotations, field for field what TWC renders) and the [`INJECTED_ENV`] record of it.
+fn pod_template(
     wd: &WorkerDeployment,
     build_id: &str,
     conn: &ConnectionSpec,
-) -> PodTemplateSpec {
+) -> (PodTemplateSpec, String) {
     let mut template = wd.spec.template.clone();
     let meta = template.metadata.get_or_insert_with(Default::default);
     let labels = meta.labels.get_or_insert_with(Default::default);
@@ -186,23 +199,24 @@ pub fn pod_template(
             labels::POD_TEMPLATE_SPEC_HASH.into(),
             template_digest(&wd.spec.template),
         );
-    inject(&mut template, wd, build_id, conn);
-    template
+    let record = inject(&mut template, wd, build_id, conn);
+    (template, record)
 }
 
-/// Adds the connection's variables, volumes and mounts, and records them.
+/// Adds the connection's variables, volumes and mounts and the connection hash; returns the
+/// names of the variables added (for [`INJECTED_ENV`]).
 fn inject(
     template: &mut PodTemplateSpec,
     wd: &WorkerDeployment,
     build_id: &str,
     conn: &ConnectionSpec,
-) {
+) -> String {
     let (vars, volumes, mounts) = injections(wd, build_id, conn);
     let meta = template.metadata.get_or_insert_with(Default::default);
     let annotations = meta.annotations.get_or_insert_with(Default::default);
     annotations.insert(labels::CONNECTION_SPEC_HASH.into(), connection_hash(conn));
     let names: Vec<&str> = vars.iter().map(|v| v.name.as_str()).collect();
-    annotations.insert(INJECTED_ENV.into(), names.join(","));
+    let record = names.join(",");
     if let Some(spec) = template.spec.as_mut() {
         for c in spec.containers.iter_mut() {
             c.env
@@ -218,12 +232,13 @@ fn inject(
             spec.volumes.get_or_insert_with(Vec::new).extend(volumes);
         }
     }
+    record
 }
 
 /// An existing version's Deployment moved to a changed connection: the variables, volumes and
 /// mounts injected for the old connection are replaced by the new ones; the rest of its
-/// template (the user's template of that version) is kept. None if it records no injections
-/// (nothing can be replaced safely).
+/// template (the user's template of that version) is kept. The variables replaced are the
+/// ones its [`INJECTED_ENV`] names, or, on a Deployment TWC created, the ones TWC injects.
 pub fn reconnected(
     existing: &Deployment,
     wd: &WorkerDeployment,
@@ -232,15 +247,10 @@ pub fn reconnected(
 ) -> Option<Deployment> {
     let spec = existing.spec.as_ref()?;
     let mut template = spec.template.clone();
-    let injected: Vec<String> = template
-        .metadata
-        .as_ref()?
-        .annotations
-        .as_ref()?
-        .get(INJECTED_ENV)?
-        .split(',')
-        .map(str::to_string)
-        .collect();
+    let injected: Vec<String> = match existing.annotations().get(INJECTED_ENV) {
+        Some(record) => record.split(',').map(str::to_string).collect(),
+        None => TWC_INJECTED_ENV.iter().map(|s| s.to_string()).collect(),
+    };
     let ours = |name: &str| name == TLS_VOLUME || name == CA_VOLUME;
     if let Some(pod) = template.spec.as_mut() {
         for c in pod.containers.iter_mut() {
@@ -277,18 +287,23 @@ pub fn versioned_deployment(
         o.block_owner_deletion = Some(true);
         o
     });
-    let annotations = wd
+    let (template, record) = pod_template(wd, build_id, conn);
+    // TWC's Deployment annotations are the template's; ours adds the record of what was
+    // injected (metadata only: it never rolls a pod).
+    let mut annotations = wd
         .spec
         .template
         .metadata
         .as_ref()
-        .and_then(|m| m.annotations.clone());
+        .and_then(|m| m.annotations.clone())
+        .unwrap_or_default();
+    annotations.insert(INJECTED_ENV.into(), record);
     Deployment {
         metadata: ObjectMeta {
             name: Some(name),
             namespace: wd.namespace(),
             labels: Some(selector.clone()),
-            annotations,
+            annotations: Some(annotations),
             owner_references: owner.map(|o| vec![o]),
             ..Default::default()
         },
@@ -299,7 +314,7 @@ pub fn versioned_deployment(
                 match_labels: Some(selector),
                 ..Default::default()
             },
-            template: pod_template(wd, build_id, conn),
+            template,
             ..Default::default()
         }),
         status: None,
@@ -325,6 +340,7 @@ pub fn is_owned_by(d: &Deployment, wd: &WorkerDeployment) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::core::v1::SecretKeySelector;
     use serde_json::json;
     use twc_api::{ConnectionTls, SecretReference};
 
@@ -524,15 +540,112 @@ mod tests {
             .and_then(|m| m.annotations)
             .unwrap_or_default();
         assert_eq!(ann[labels::CONNECTION_SPEC_HASH], connection_hash(&api_key));
-        // Without the record of what was injected, nothing is touched.
-        let mut unknown = existing.clone();
-        if let Some(m) = unknown
-            .spec
-            .as_mut()
-            .and_then(|s| s.template.metadata.as_mut())
-        {
-            m.annotations = None;
+        // A Deployment TWC created has no record: what TWC injects is replaced, the user's
+        // own variables are kept.
+        let mut from_twc = existing.clone();
+        from_twc.annotations_mut().remove(INJECTED_ENV);
+        let moved = reconnected(&from_twc, &wd, "b1", &api_key).unwrap_or_else(|| panic!("none"));
+        let env = env_of(&moved);
+        assert_eq!(env["OLD_USER_VAR"].value.as_deref(), Some("kept"));
+        assert_eq!(env["TEMPORAL_ADDRESS"].value.as_deref(), Some("new:7233"));
+        assert!(!env.contains_key("TEMPORAL_TLS_CLIENT_CERT_PATH"));
+        assert_eq!(
+            moved.annotations().get(INJECTED_ENV).map(String::as_str),
+            Some(
+                "TEMPORAL_ADDRESS,TEMPORAL_NAMESPACE,TEMPORAL_DEPLOYMENT_NAME,TEMPORAL_WORKER_BUILD_ID,TEMPORAL_API_KEY"
+            ),
+            "the moved Deployment records what it now holds"
+        );
+    }
+
+    /// The reference cases: what TWC's own code renders for 30 WorkerDeployments and four
+    /// connection kinds (`shared/reference/twc-build-ids.json`).
+    fn twc_cases() -> serde_json::Value {
+        serde_json::from_str(include_str!(
+            "../../../gocompat/tests/data/twc-build-ids.json"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A Deployment TWC created is adopted only if its pod template is exactly what this
+    /// controller would apply: one field more or less is a new ReplicaSet, and every worker
+    /// restarts. So each rendered field is compared with TWC's, for every case and connection.
+    #[test]
+    fn renders_the_deployment_twc_renders() {
+        let cases = twc_cases();
+        let connections = cases["connections"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let mut compared = 0;
+        for case in cases["cases"].as_array().cloned().unwrap_or_default() {
+            let name = case["name"].as_str().unwrap_or_default().to_string();
+            let mut raw = case["workerDeployment"].clone();
+            if raw["spec"].get("rollout").is_none() {
+                raw["spec"]["rollout"] = json!({"strategy": "AllAtOnce"});
+            }
+            raw["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000001");
+            let wd: WorkerDeployment =
+                serde_json::from_value(raw).unwrap_or_else(|e| panic!("{name}: {e}"));
+            let build = case["buildID"].as_str().unwrap_or_default();
+            for (kind, conn) in &connections {
+                let conn: ConnectionSpec = serde_json::from_value(conn.clone())
+                    .unwrap_or_else(|e| panic!("{name}/{kind}: {e}"));
+                let ours = versioned_deployment(&wd, build, &conn);
+                let theirs: Deployment =
+                    serde_json::from_value(case["renderedDeployments"][kind].clone())
+                        .unwrap_or_else(|e| panic!("{name}/{kind}: {e}"));
+                let at = format!("{name}/{kind}");
+                assert_eq!(ours.metadata.name, theirs.metadata.name, "{at}: name");
+                assert_eq!(ours.metadata.namespace, theirs.metadata.namespace, "{at}");
+                assert_eq!(ours.metadata.labels, theirs.metadata.labels, "{at}: labels");
+                let mut annotations = ours.annotations().clone();
+                annotations.remove(INJECTED_ENV);
+                assert_eq!(
+                    annotations,
+                    theirs.annotations().clone(),
+                    "{at}: annotations (besides the record of what was injected)"
+                );
+                // TWC then makes its owner reference the controller reference.
+                let mut owner = theirs.metadata.owner_references.clone().unwrap_or_default();
+                for o in owner.iter_mut() {
+                    o.controller = Some(true);
+                }
+                assert_eq!(
+                    ours.metadata.owner_references.clone().unwrap_or_default(),
+                    owner,
+                    "{at}: owner"
+                );
+                let (ours, theirs) = (
+                    ours.spec.unwrap_or_default(),
+                    theirs.spec.unwrap_or_default(),
+                );
+                assert_eq!(ours.replicas, theirs.replicas, "{at}: replicas");
+                assert_eq!(ours.selector, theirs.selector, "{at}: selector");
+                assert_eq!(
+                    ours.min_ready_seconds.unwrap_or(0),
+                    theirs.min_ready_seconds.unwrap_or(0),
+                    "{at}: minReadySeconds"
+                );
+                assert_eq!(
+                    ours.strategy,
+                    theirs.strategy.filter(|s| s != &Default::default()),
+                    "{at}: strategy"
+                );
+                // Compared as the apiserver stores them (Go's JSON of the Go types: an empty
+                // `resources` is `{}` in both), byte for byte.
+                let stored = |t: &PodTemplateSpec| {
+                    twc_gocompat::pod_template_spec(&serde_json::to_value(t).unwrap_or_default())
+                        .unwrap_or_else(|e| panic!("{at}: {e}"))
+                };
+                assert_eq!(
+                    stored(&ours.template),
+                    stored(&theirs.template),
+                    "{at}: pod template"
+                );
+                compared += 1;
+            }
         }
-        assert!(reconnected(&unknown, &wd, "b1", &api_key).is_none());
+        assert_eq!(compared, 30 * 4);
     }
 }

@@ -8,7 +8,6 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use crate::plan::build_id::canonical_json;
 use crate::plan::deployment::selector_labels;
 
 /// Longest rendered-object name (as a versioned Deployment's, so any kind fits).
@@ -66,9 +65,46 @@ pub fn resource_name(wd: &str, wrt: &str, build_id: &str) -> String {
     )
 }
 
-/// SHA-256 of the rendered object's canonical JSON (sorted keys), 16 hex characters.
+/// SHA-256 of the rendered object's JSON as Go's `encoding/json` writes a map (keys sorted at
+/// every level, Go's string escapes), 16 hex characters: TWC's `lastAppliedHash`, so a
+/// takeover does not re-apply what TWC applied.
 pub fn rendered_hash(object: &Value) -> String {
-    hex(&Sha256::digest(canonical_json(object).as_bytes()))[..HASH_LEN].to_string()
+    let mut json = String::new();
+    write_sorted(object, &mut json);
+    hex(&Sha256::digest(json.as_bytes()))[..HASH_LEN].to_string()
+}
+
+fn write_sorted(v: &Value, out: &mut String) {
+    match v {
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (i, k) in keys.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                twc_gocompat::json::write_string(k, out);
+                out.push(':');
+                if let Some(child) = map.get(k) {
+                    write_sorted(child, out);
+                }
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_sorted(item, out);
+            }
+            out.push(']');
+        }
+        Value::String(s) => twc_gocompat::json::write_string(s, out),
+        other => out.push_str(&other.to_string()),
+    }
 }
 
 /// What a render needs besides the template and the build.
