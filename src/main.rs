@@ -1,5 +1,7 @@
 //! `twc`: the controller binary.
 
+mod build_id;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
@@ -23,6 +25,12 @@ enum LogFormat {
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum Output {
+    Table,
+    Json,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum RbacMode {
     Cluster,
     Namespaced,
@@ -33,11 +41,25 @@ struct RunArgs {
     /// Watch only these namespaces (comma-separated); default: all.
     #[arg(long, env = "WATCH_NAMESPACES", value_delimiter = ',')]
     watch_namespaces: Vec<String>,
-    /// Identity on Temporal writes and the manager identity the controller claims.
-    /// Default: `temporal-worker-controller/<uid of the kube-system namespace>`, stable
-    /// for a cluster and distinct between clusters.
-    #[arg(long, env = "CONTROLLER_IDENTITY")]
+    /// Identity on Temporal writes and the manager identity the controller claims, used as
+    /// given. Default, as TWC: `<identity prefix>/<uid of the controller's namespace>`.
+    #[arg(long)]
     identity: Option<String>,
+    /// The identity's prefix when `--identity` is not given; the UID of the controller's own
+    /// namespace (`$POD_NAMESPACE`) is appended, as TWC does. The chart sets it to
+    /// `<release>/<namespace>`, as TWC's chart does, so the same release keeps its identity.
+    #[arg(
+        long,
+        env = "CONTROLLER_IDENTITY",
+        default_value = "temporal-worker-controller"
+    )]
+    identity_prefix: String,
+    /// Take routing over from worker deployments managed by these identities (comma-separated),
+    /// for example a TWC installation's that was uninstalled. Never implicit: any other manager
+    /// keeps its routing. TWC's deprecated default, `temporal-worker-controller`, is always
+    /// reclaimed, as TWC does.
+    #[arg(long, env = "TAKE_OVER_IDENTITIES", value_delimiter = ',')]
+    take_over_identity: Vec<String>,
     /// Poll interval while a rollout moves, in seconds.
     #[arg(long, env = "TWC_FAST_POLL_SECONDS", default_value_t = 2)]
     fast_poll_seconds: u64,
@@ -124,6 +146,22 @@ enum Command {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Print the version each WorkerDeployment in a manifest makes: its build ID, versioned
+    /// Deployment and Temporal worker deployment (no cluster needed; the same rules as the
+    /// controller's, and TWC's).
+    BuildId {
+        /// The manifest: YAML (several documents) or JSON (an object, an array or a List);
+        /// `-` for standard input.
+        #[arg(short = 'f', long = "filename")]
+        file: PathBuf,
+        /// The namespace of manifests that name none.
+        #[arg(short, long, default_value = "default")]
+        namespace: String,
+        /// `table`, or `json`: an array of objects with the keys namespace, name, buildID,
+        /// versionedDeploymentName, temporalWorkerDeploymentName, in input order.
+        #[arg(short, long, value_enum, default_value_t = Output::Table)]
+        output: Output,
+    },
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crd {
         /// Write `temporal.io_<plural>.yaml` files here instead of printing.
@@ -135,11 +173,25 @@ enum Command {
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
         Command::Crd { dir } => crd(dir),
+        Command::BuildId {
+            file,
+            namespace,
+            output,
+        } => {
+            let versions = build_id::versions(&build_id::read(&file)?, &namespace)?;
+            match output {
+                Output::Table => print!("{}", build_id::table(&versions)),
+                Output::Json => println!("{}", serde_json::to_string_pretty(&versions)?),
+            }
+            Ok(())
+        }
         Command::Rbac { mode, dir } => rbac(mode, dir),
         Command::Run(args) => {
             let RunArgs {
                 watch_namespaces,
                 identity,
+                identity_prefix,
+                take_over_identity,
                 fast_poll_seconds,
                 steady_poll_seconds,
                 max_undeletable_versions,
@@ -164,11 +216,16 @@ fn main() -> anyhow::Result<()> {
                     .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
                 let identity = match identity {
                     Some(i) => i,
-                    None => default_identity(&client).await?,
+                    None => default_identity(&client, &identity_prefix).await?,
                 };
+                let take_over_identities: Vec<String> = take_over_identity
+                    .into_iter()
+                    .filter(|i| !i.is_empty())
+                    .collect();
                 tracing::info!(identity, ?watch_namespaces, "starting");
                 let config = twc_controller::Config {
                     identity,
+                    take_over_identities,
                     watch_namespaces,
                     intervals: twc_controller::config::Intervals {
                         moving: Duration::from_secs(fast_poll_seconds.max(1)),
@@ -216,17 +273,21 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-async fn default_identity(client: &Client) -> anyhow::Result<String> {
+/// TWC's identity: the prefix, `/`, the UID of the controller's own namespace. The same
+/// installation (release name and namespace) keeps the same identity across restarts,
+/// upgrades and a move from TWC.
+async fn default_identity(client: &Client, prefix: &str) -> anyhow::Result<String> {
+    anyhow::ensure!(!prefix.is_empty(), "the identity prefix is empty");
+    let own = own_namespace();
     let ns = Api::<Namespace>::all(client.clone())
-        .get("kube-system")
+        .get(&own)
         .await
-        .context(
-            "reading the kube-system namespace for the default identity (or pass --identity)",
-        )?;
-    Ok(format!(
-        "temporal-worker-controller/{}",
-        ns.metadata.uid.unwrap_or_default()
-    ))
+        .with_context(|| {
+            format!("reading the namespace {own:?} for the identity's suffix (or pass --identity)")
+        })?;
+    let uid = ns.metadata.uid.unwrap_or_default();
+    anyhow::ensure!(!uid.is_empty(), "the namespace {own:?} has no UID");
+    Ok(format!("{prefix}/{uid}"))
 }
 
 /// The namespace this pod runs in, for the Lease.

@@ -43,3 +43,59 @@ impl Default for Limits {
         }
     }
 }
+
+/// The manager identity TWC used before its identities had a per-installation suffix; worker
+/// deployments left under it are reclaimed, as TWC reclaims them.
+pub const DEPRECATED_DEFAULT_IDENTITY: &str = "temporal-worker-controller";
+
+/// Who the controller is on Temporal, and whose routing it may take over.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Identity {
+    /// The identity of every Temporal write and the manager identity claimed.
+    pub own: String,
+    /// Manager identities whose worker deployments this controller takes over (claims, then
+    /// routes), named explicitly by the operator (`--take-over-identity`); any other identity's
+    /// routing is left alone.
+    pub take_over: Vec<String>,
+}
+
+/// Whose routing a worker deployment is under, as seen by this controller.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Manager {
+    /// No manager yet, or one this controller may claim: it claims before routing.
+    Claimable,
+    /// This controller.
+    Own,
+    /// Another manager: its routing is never changed.
+    Foreign,
+}
+
+impl Identity {
+    /// An identity that takes nothing over but the deprecated default.
+    pub fn new(own: impl Into<String>) -> Self {
+        Self {
+            own: own.into(),
+            take_over: Vec::new(),
+        }
+    }
+
+    /// What a worker deployment's manager identity means for this controller.
+    pub fn manager(&self, manager: &str) -> Manager {
+        if manager == self.own {
+            Manager::Own
+        } else if manager.is_empty()
+            || manager == DEPRECATED_DEFAULT_IDENTITY
+            || self.take_over.iter().any(|t| t == manager)
+        {
+            Manager::Claimable
+        } else {
+            Manager::Foreign
+        }
+    }
+}
+
+impl From<&str> for Identity {
+    fn from(own: &str) -> Self {
+        Self::new(own)
+    }
+}

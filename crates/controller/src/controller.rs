@@ -39,6 +39,9 @@ pub struct Config {
     /// Identity on every Temporal write and as the manager identity it claims; stable across
     /// restarts and replicas of one installation, distinct between installations.
     pub identity: String,
+    /// Manager identities whose worker deployments this controller takes over (beside TWC's
+    /// deprecated default, always reclaimed); empty: none.
+    pub take_over_identities: Vec<String>,
     /// Watch only these namespaces (empty: all).
     pub watch_namespaces: Vec<String>,
     pub intervals: Intervals,
@@ -56,6 +59,7 @@ impl Default for Config {
     fn default() -> Self {
         Self {
             identity: "temporal-worker-controller".into(),
+            take_over_identities: Vec::new(),
             watch_namespaces: Vec::new(),
             intervals: Intervals::default(),
             reporter: "temporal-worker-controller".into(),
@@ -388,6 +392,10 @@ async fn run_controllers(
         recorder,
         intervals: config.intervals,
         limits: config.limits,
+        identity: crate::config::Identity {
+            own: config.identity.clone(),
+            take_over: config.take_over_identities.clone(),
+        },
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
         synced,
         streaks: Default::default(),

@@ -115,11 +115,9 @@ pub fn always_cluster_rules() -> Vec<PolicyRule> {
             &["selfsubjectaccessreviews"],
             &["create"],
         ),
-        // The default identity is derived from the kube-system namespace's UID.
-        PolicyRule {
-            resource_names: Some(vec!["kube-system".into()]),
-            ..rule("", &["namespaces"], &["get"])
-        },
+        // The identity ends in the UID of the controller's own namespace, as TWC's does (the
+        // namespace is only known at run time, so the rule cannot name it).
+        rule("", &["namespaces"], &["get"]),
     ]
 }
 

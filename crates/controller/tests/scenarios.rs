@@ -25,6 +25,8 @@ mod limits;
 mod rollout;
 #[path = "scenarios/runner.rs"]
 mod runner;
+#[path = "scenarios/takeover.rs"]
+mod takeover;
 #[path = "scenarios/unknown.rs"]
 mod unknown;
 #[path = "scenarios/wrt.rs"]
@@ -58,6 +60,9 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    taking_over_from_twc_restarts_nothing => takeover::taking_over_from_twc_restarts_nothing,
+    taking_over_another_identity_needs_the_flag =>
+        takeover::taking_over_another_identity_needs_the_flag,
     a_template_whose_build_id_is_taken_gets_its_own =>
         unknown::a_template_whose_build_id_is_taken_gets_its_own,
     deletion_waits_for_pinned_workflows => deletion::deletion_waits_for_pinned_workflows,

@@ -14,7 +14,7 @@ use twc_api::{
     WorkflowExecutionStatus,
 };
 
-use crate::config::Limits;
+use crate::config::{Identity, Limits, Manager};
 use crate::temporal::DeploymentState;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 
@@ -264,7 +264,7 @@ pub fn target(
 pub fn plan(
     wd: &WorkerDeployment,
     conn: &ConnectionSpec,
-    identity: &str,
+    identity: &Identity,
     observed: &Observed,
 ) -> Plan {
     plan_with(wd, conn, identity, observed, &Limits::default())
@@ -274,7 +274,7 @@ pub fn plan(
 pub fn plan_with(
     wd: &WorkerDeployment,
     conn: &ConnectionSpec,
-    identity: &str,
+    identity: &Identity,
     observed: &Observed,
     limits: &Limits,
 ) -> Plan {
@@ -469,7 +469,10 @@ pub fn plan_with(
     let window = limits.rollback_window;
     plan.start_gates = gate_starts(wd, &target, observed, now, window);
     plan.routing = routing(wd, &target, identity, observed, (now, window), &mut plan);
-    plan.claim_manager = plan.routing.is_some() && state.manager_identity.is_empty();
+    // No manager yet, TWC's deprecated default or an identity named for takeover: claimed
+    // before the routing change.
+    plan.claim_manager =
+        plan.routing.is_some() && identity.manager(&state.manager_identity) == Manager::Claimable;
     // Waiting for pollers of a target scaled to zero would wait forever: that is not motion.
     let target_scaled_to_zero =
         spec.replicas == Some(0) && status_of(state, &target) == VersionStatus::NotRegistered;
@@ -528,7 +531,7 @@ fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
 fn routing(
     wd: &WorkerDeployment,
     target: &str,
-    identity: &str,
+    identity: &Identity,
     observed: &Observed,
     (now, window): (SystemTime, Duration),
     plan: &mut Plan,
@@ -600,9 +603,10 @@ fn routing(
         }
     };
     let manager = &state.manager_identity;
-    if change.is_some() && !manager.is_empty() && manager != identity {
+    if change.is_some() && identity.manager(manager) == Manager::Foreign {
+        let own = &identity.own;
         plan.blocked = Some(format!(
-            "routing is managed by {manager:?}; the controller ({identity}) will not change it until that manager identity is removed"
+            "routing is managed by {manager:?}; the controller ({own}) will not change it until that manager identity is removed or named with --take-over-identity"
         ));
         return None;
     }

@@ -8,7 +8,11 @@ use twc_api::{ConnectionSpec, VersionStatus, WorkerDeployment};
 use super::*;
 use crate::temporal::VersionInfo;
 
-const ME: &str = "twc/me";
+const ME_ID: &str = "twc/me";
+
+fn me() -> Identity {
+    Identity::new(ME_ID)
+}
 
 fn t(secs: u64) -> SystemTime {
     SystemTime::UNIX_EPOCH + Duration::from_secs(1_700_000_000 + secs)
@@ -238,7 +242,7 @@ fn activity_queue(name: &str) -> TaskQueueRef {
 #[test]
 fn a_new_template_creates_its_deployment_and_waits_for_pollers() {
     let wd = wd("AllAtOnce", "w:v1");
-    let p = plan(&wd, &conn(), ME, &world(&wd).build());
+    let p = plan(&wd, &conn(), &me(), &world(&wd).build());
     assert_eq!(p.apply.len(), 1);
     assert_eq!(
         p.apply[0].metadata.name.as_deref(),
@@ -258,14 +262,14 @@ fn all_at_once_promotes_a_registered_healthy_target() {
         .version("old", Current)
         .version(&target, Inactive)
         .current("old");
-    let p = plan(&wd, &conn(), ME, &registered.clone().build());
+    let p = plan(&wd, &conn(), &me(), &registered.clone().build());
     assert!(p.apply.is_empty(), "up to date: no write");
     assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
     assert!(p.claim_manager, "the manager identity is free: claim it");
 
     // Not healthy yet: wait.
     let o = registered.unavailable(&target).build();
-    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+    assert_eq!(plan(&wd, &conn(), &me(), &o).routing, None);
 }
 
 #[test]
@@ -276,7 +280,7 @@ fn manual_never_routes() {
         .deployment(&target, None)
         .version(&target, VersionStatus::Inactive)
         .build();
-    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+    assert_eq!(plan(&wd, &conn(), &me(), &o).routing, None);
 }
 
 #[test]
@@ -289,7 +293,7 @@ fn a_foreign_manager_blocks_routing_with_a_reason() {
         .current("old")
         .manager("some-other-cli-user")
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!(p.routing, None);
     assert!(
         p.blocked
@@ -297,6 +301,38 @@ fn a_foreign_manager_blocks_routing_with_a_reason() {
             .contains("some-other-cli-user")
     );
     assert!(!p.claim_manager, "never steal the manager identity");
+}
+
+#[test]
+fn routing_is_taken_over_only_from_identities_named_for_it() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let under = |manager: &str| {
+        world(&wd)
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Inactive)
+            .current("old")
+            .manager(manager)
+            .build()
+    };
+    // TWC's deprecated default identity is reclaimed, as TWC reclaims it.
+    let p = plan(&wd, &conn(), &me(), &under("temporal-worker-controller"));
+    assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
+    assert!(p.claim_manager);
+    // Another TWC installation's identity only when the operator names it.
+    let twc = "twc/temporal-system/2f0c";
+    let p = plan(&wd, &conn(), &me(), &under(twc));
+    assert_eq!((p.routing, p.claim_manager), (None, false));
+    let taking_over = Identity {
+        own: ME_ID.into(),
+        take_over: vec![twc.into()],
+    };
+    let p = plan(&wd, &conn(), &taking_over, &under(twc));
+    assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
+    assert!(p.claim_manager, "claimed before the routing change");
+    // Once claimed, it is ours: no claim again.
+    let p = plan(&wd, &conn(), &taking_over, &under(ME_ID));
+    assert!(!p.claim_manager);
 }
 
 #[test]
@@ -325,7 +361,7 @@ fn progressive_walks_the_steps_using_temporals_ramp_time() {
         }
         .build();
         assert_eq!(
-            plan(&wd, &conn(), ME, &o).routing,
+            plan(&wd, &conn(), &me(), &o).routing,
             expected,
             "ramp {ramp:?}, {ago}s ago"
         );
@@ -344,18 +380,18 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
     let o = first.clone().build();
     assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
     // Whether unversioned workers still poll is not known yet: wait for it.
-    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None);
+    assert_eq!(plan(&wd, &conn(), &me(), &o).routing, None);
     // No unversioned workers would take the rest of the traffic: current at once.
     let o = first.clone().unversioned_pollers(false).build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
     // Every task queue still has unversioned pollers: ramp by the steps from unversioned.
     let alongside_unversioned = first.unversioned_pollers(true);
     let o = alongside_unversioned.clone().build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetRamp(target.clone(), 10.0))
     );
     // AllAtOnce never checks.
@@ -372,7 +408,7 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
     };
     let o = current_ago(600);
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
     // The window is configurable: with 5 minutes, 10 minutes ago is no rollback.
@@ -381,12 +417,12 @@ fn the_first_version_and_a_recent_rollback_are_promoted_at_once() {
         ..Default::default()
     };
     assert_eq!(
-        plan_with(&wd, &conn(), ME, &o, &short).routing,
+        plan_with(&wd, &conn(), &me(), &o, &short).routing,
         Some(Routing::SetRamp(target.clone(), 10.0))
     );
     // Two hours ago is no rollback: ramp.
     assert_eq!(
-        plan(&wd, &conn(), ME, &current_ago(7200)).routing,
+        plan(&wd, &conn(), &me(), &current_ago(7200)).routing,
         Some(Routing::SetRamp(target, 10.0))
     );
 }
@@ -405,7 +441,7 @@ fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
         .last_current(&target, t(9_400))
         .version("newer", Current)
         .current("newer");
-    let p = plan(&wd, &conn(), ME, &scaled_down.clone().build());
+    let p = plan(&wd, &conn(), &me(), &scaled_down.clone().build());
     assert_eq!(
         p.scale,
         vec![(build_id::deployment_name("w", &target), 2)],
@@ -416,7 +452,7 @@ fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
     // Its workers are ready again: the rollback goes through at once.
     let back = scaled_down.deployment(&target, Some(2)).build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &back).routing,
+        plan(&wd, &conn(), &me(), &back).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
     // Available with no ready pod (all restarting) is no better.
@@ -427,7 +463,7 @@ fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
         .version("newer", Current)
         .current("newer")
         .build();
-    assert_eq!(plan(&wd, &conn(), ME, &restarting).routing, None);
+    assert_eq!(plan(&wd, &conn(), &me(), &restarting).routing, None);
 }
 
 #[test]
@@ -455,7 +491,7 @@ fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_drain
         .no_ready_pods("gone-from-temporal")
         .deployment("unlisted-but-up", Some(1))
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     let name = |b: &str| build_id::deployment_name("w", b);
     let mut scaled = p.scale.clone();
     scaled.sort();
@@ -512,7 +548,7 @@ fn a_temporal_namespace_change_moves_the_target_and_keeps_the_older_versions_whe
         .deployment(&target, Some(1))
         .polls_namespace(&target, "default")
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!(p.apply.len(), 1, "the target moves to the new namespace");
     assert_eq!(touched(&p, "v1"), Vec::<&str>::new());
     assert_eq!(touched(&p, "v1-scaled-down"), Vec::<&str>::new());
@@ -546,7 +582,7 @@ fn a_worker_deployment_temporal_does_not_find_deletes_no_worker_that_is_up() {
         .no_ready_pods("never-polled")
         .build();
     assert!(!o.temporal.exists);
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!(touched(&p, "was-current"), Vec::<&str>::new());
     assert_eq!(
         p.kept,
@@ -577,7 +613,7 @@ fn after_a_connection_change_only_the_versions_temporal_lists_follow_it() {
         .deployment("unlisted-down", Some(0))
         .stale_connection("unlisted-down")
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!(touched(&p, "listed"), vec!["reconnected"]);
     assert_eq!(touched(&p, "unlisted"), Vec::<&str>::new());
     assert_eq!(touched(&p, "unlisted-down"), Vec::<&str>::new());
@@ -599,12 +635,12 @@ fn replicas_follow_the_spec_for_active_versions_only() {
         .version(&target, VersionStatus::Current)
         .current(&target);
     let running = current.clone().deployment(&target, Some(1));
-    let p = plan(&wd, &conn(), ME, &running.clone().build());
+    let p = plan(&wd, &conn(), &me(), &running.clone().build());
     assert_eq!(p.scale, vec![(build_id::deployment_name("w", &target), 3)]);
     // A WorkerResourceTemplate scaling the versions (an HPA) owns them, whatever the spec.
     let o = running.clone().autoscaled().build();
-    assert!(plan(&wd, &conn(), ME, &o).scale.is_empty());
-    let p = plan(&wd, &conn(), ME, &current.autoscaled().build());
+    assert!(plan(&wd, &conn(), &me(), &o).scale.is_empty());
+    let p = plan(&wd, &conn(), &me(), &current.autoscaled().build());
     assert_eq!(p.apply.len(), 1);
     assert_eq!(
         p.apply[0].spec.as_ref().and_then(|s| s.replicas),
@@ -613,7 +649,7 @@ fn replicas_follow_the_spec_for_active_versions_only() {
     );
     // Without spec.replicas an autoscaler owns them: no scaling.
     wd.spec.replicas = None;
-    assert!(plan(&wd, &conn(), ME, &running.build()).scale.is_empty());
+    assert!(plan(&wd, &conn(), &me(), &running.build()).scale.is_empty());
 }
 
 #[test]
@@ -625,7 +661,9 @@ fn a_connection_change_re_applies_the_target() {
         .deployment(&target, None)
         .stale_connection(&target);
     assert_eq!(
-        plan(&wd, &conn(), ME, &stale.clone().build()).apply.len(),
+        plan(&wd, &conn(), &me(), &stale.clone().build())
+            .apply
+            .len(),
         1
     );
 
@@ -644,7 +682,7 @@ fn a_connection_change_re_applies_the_target() {
         .deployment("fresh", Some(1))
         .version("fresh", Draining)
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!(p.reconnect, ["current", "draining"]);
     assert!(
         p.apply.iter().any(|d| d.metadata.name.as_deref()
@@ -669,7 +707,7 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
         max_undeletable_versions: 4,
         ..Default::default()
     };
-    let p = plan_with(&wd, &conn(), ME, &o, &limits);
+    let p = plan_with(&wd, &conn(), &me(), &o, &limits);
     assert!(p.apply.is_empty(), "must not create the new version");
     let why = p.blocked.unwrap_or_default();
     assert!(
@@ -682,7 +720,7 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
     );
     // One more drained and stopped version frees a slot.
     assert_eq!(
-        plan_with(&wd, &conn(), ME, &versions.build(), &limits)
+        plan_with(&wd, &conn(), &me(), &versions.build(), &limits)
             .apply
             .len(),
         1
@@ -763,7 +801,7 @@ mod invariants {
             w.spec.replicas = c.replicas;
             let target = target_of(&w);
             let now = t(300_000 + c.now);
-            let mut scene = world(&w).at(now).manager(["", ME, "someone-else"][c.manager]);
+            let mut scene = world(&w).at(now).manager(["", ME_ID, "someone-else"][c.manager]);
             let (t_status, t_has_dep, t_available) = c.target;
             let mut builds = vec![target.clone()];
             if t_status > 0 {
@@ -793,7 +831,7 @@ mod invariants {
             }
             let o = scene.build();
 
-            let p = plan(&w, &conn(), ME, &o);
+            let p = plan(&w, &conn(), &me(), &o);
             let status = |b: &str| o.temporal.versions.get(b).map(|v| v.status).unwrap_or(VersionStatus::NotRegistered);
             let build_of = |name: &str| o.deployments.values().find(|d| d.name == name).map(|d| d.build_id.clone()).unwrap_or_default();
 
@@ -888,7 +926,7 @@ fn gated(strategy: &str) -> (WorkerDeployment, String, World) {
 fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_complete() {
     use WorkflowExecutionStatus::{Completed, Running};
     let (wd, target, gated_v2) = gated("AllAtOnce");
-    let p = plan(&wd, &conn(), ME, &gated_v2.clone().build());
+    let p = plan(&wd, &conn(), &me(), &gated_v2.clone().build());
     let queues: Vec<&str> = p
         .start_gates
         .iter()
@@ -908,22 +946,22 @@ fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_c
         .gate("a", Completed)
         .gate("b", Running)
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert!(p.start_gates.is_empty(), "never started twice");
     assert_eq!(p.routing, None, "one still runs");
 
     let o = gated_v2.gate("a", Completed).gate("b", Completed).build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
 
     // Manual starts the gate too but never promotes.
     let (manual, _, gated_v2) = gated("Manual");
     let o = gated_v2.clone().build();
-    assert_eq!(plan(&manual, &conn(), ME, &o).start_gates.len(), 2);
+    assert_eq!(plan(&manual, &conn(), &me(), &o).start_gates.len(), 2);
     let o = gated_v2.gate("a", Completed).gate("b", Completed).build();
-    assert_eq!(plan(&manual, &conn(), ME, &o).routing, None);
+    assert_eq!(plan(&manual, &conn(), &me(), &o).routing, None);
 }
 
 #[test]
@@ -936,7 +974,7 @@ fn a_failed_gate_blocks_the_build_for_good_and_says_why() {
     ] {
         let (wd, target, gated_v2) = gated(strategy);
         let o = gated_v2.gate("a", Completed).gate("b", failure).build();
-        let p = plan(&wd, &conn(), ME, &o);
+        let p = plan(&wd, &conn(), &me(), &o);
         assert_eq!(p.routing, None);
         assert!(p.start_gates.is_empty(), "a failed gate is not retried");
         let why = p.blocked.unwrap_or_default();
@@ -954,21 +992,21 @@ fn no_gate_before_registration_or_for_the_current_version_or_a_rollback() {
     // Not registered: nothing to pin a run to.
     let o = gated_v2.clone().unregistered(&target).build();
     assert!(!needs(&wd, &target, &o.temporal).gates);
-    assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
+    assert!(plan(&wd, &conn(), &me(), &o).start_gates.is_empty());
     // Already current: nothing to gate.
     let o = gated_v2
         .clone()
         .version(&target, Current)
         .current(&target)
         .build();
-    assert!(plan(&wd, &conn(), ME, &o).start_gates.is_empty());
+    assert!(plan(&wd, &conn(), &me(), &o).start_gates.is_empty());
     // A rollback skips the gate and promotes at once.
     let o = gated_v2
         .version(&target, Drained)
         .last_current(&target, t(0) - Duration::from_secs(60))
         .current("v3")
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, Some(Routing::SetCurrent(target)));
 }
@@ -977,7 +1015,7 @@ fn no_gate_before_registration_or_for_the_current_version_or_a_rollback() {
 fn a_gate_waits_until_the_version_reports_its_task_queues() {
     let (wd, _, gated_v2) = gated("AllAtOnce");
     let o = gated_v2.task_queues(Vec::new()).build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, None);
     assert!(p.moving);
@@ -995,15 +1033,15 @@ fn a_first_version_drained_by_its_gate_run_is_still_checked_for_unversioned_poll
         .gate("b", Completed);
     let o = gate_passed.clone().build();
     assert!(needs(&wd, &target, &o.temporal).unversioned_pollers);
-    assert_eq!(plan(&wd, &conn(), ME, &o).routing, None, "not known yet");
+    assert_eq!(plan(&wd, &conn(), &me(), &o).routing, None, "not known yet");
     let o = gate_passed.clone().unversioned_pollers(false).build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetCurrent(target.clone()))
     );
     let o = gate_passed.unversioned_pollers(true).build();
     assert_eq!(
-        plan(&wd, &conn(), ME, &o).routing,
+        plan(&wd, &conn(), &me(), &o).routing,
         Some(Routing::SetRamp(target.clone(), 10.0))
     );
 }
@@ -1029,7 +1067,7 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
     for (ramp, ago, expected) in cases {
         let o = ramping.clone().ramp(ramp, t(1000 - ago)).build();
         assert_eq!(
-            plan(&wd, &conn(), ME, &o).routing,
+            plan(&wd, &conn(), &me(), &o).routing,
             expected,
             "ramp {ramp}, {ago}s ago"
         );
@@ -1047,7 +1085,7 @@ fn a_changed_template_whose_build_id_is_taken_gets_one_of_its_own() {
         .edit_deployment(&taken, |d| d.template_digest = Some("another".into()))
         .version(&taken, Current)
         .current(&taken);
-    let p = plan(&wd, &conn(), ME, &running.clone().build());
+    let p = plan(&wd, &conn(), &me(), &running.clone().build());
     let own = build_id::build_id_with(&wd.spec.template, None, 1);
     assert_ne!(own, taken);
     assert_eq!(
@@ -1070,7 +1108,7 @@ fn a_changed_template_whose_build_id_is_taken_gets_one_of_its_own() {
         ..Default::default()
     });
     let both = running.deployment(&own, Some(1));
-    let p = plan(&wd, &conn(), ME, &both.clone().build());
+    let p = plan(&wd, &conn(), &me(), &both.clone().build());
     assert_eq!(
         (p.target_build_id.as_str(), p.collision_count),
         (own.as_str(), 1)
@@ -1079,7 +1117,7 @@ fn a_changed_template_whose_build_id_is_taken_gets_one_of_its_own() {
     let p = plan(
         &wd,
         &conn(),
-        ME,
+        &me(),
         &world(&wd).deployment(&own, Some(1)).build(),
     );
     assert_eq!(p.target_build_id, own);
@@ -1092,7 +1130,7 @@ fn without_a_collision_the_build_id_is_twc_s_and_a_custom_one_never_moves() {
     let p = plan(
         &wd,
         &conn(),
-        ME,
+        &me(),
         &world(&wd).deployment(&b, Some(1)).build(),
     );
     assert_eq!(
@@ -1105,7 +1143,7 @@ fn without_a_collision_the_build_id_is_twc_s_and_a_custom_one_never_moves() {
         .deployment("mine", Some(1))
         .edit_deployment("mine", |d| d.template_digest = Some("older".into()))
         .build();
-    let p = plan(&wd, &conn(), ME, &o);
+    let p = plan(&wd, &conn(), &me(), &o);
     assert_eq!((p.target_build_id.as_str(), p.collision_count), ("mine", 0));
     assert_eq!(
         p.apply.len(),

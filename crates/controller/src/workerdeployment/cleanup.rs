@@ -15,6 +15,7 @@ use twc_api::{FINALIZER, SKIP_DRAINAGE_ANNOTATION, VersionStatus, WorkerDeployme
 
 use super::{Context, STALE_RETRY};
 use crate::conditions::set_condition;
+use crate::config::Manager;
 use crate::connections;
 use crate::error::{Error, Result, Rpc};
 use crate::plan::{self, build_id};
@@ -105,8 +106,8 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             .describe()
             .await
             .map_err(|s| failed(Rpc::DescribeWorkerDeployment, s))?;
-        let foreign = !state.manager_identity.is_empty() && state.manager_identity != identity;
-        if state.exists && foreign {
+        let manager = ctx.identity.manager(&state.manager_identity);
+        if state.exists && manager == Manager::Foreign {
             if !skip_drainage {
                 keep = Kept::of(&state, true);
                 keep.manager = Some(state.manager_identity.clone());
@@ -128,6 +129,14 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             }
         } else if state.exists {
             let mut token = state.conflict_token.clone();
+            if manager == Manager::Claimable && !state.manager_identity.is_empty() {
+                // TWC's deprecated default or an identity named for takeover: claimed first,
+                // as before any routing change.
+                token = target
+                    .claim_manager(token)
+                    .await
+                    .map_err(|s| failed(Rpc::SetWorkerDeploymentManager, s))?;
+            }
             let routed = state.ramping_build_id.is_some() || state.current_build_id.is_some();
             if state.ramping_build_id.is_some() {
                 token = target

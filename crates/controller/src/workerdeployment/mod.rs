@@ -26,7 +26,7 @@ use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, ResourceExt};
 use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
 
-use crate::config::{Intervals, Limits};
+use crate::config::{Identity, Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
 use crate::metrics;
@@ -56,6 +56,8 @@ pub struct Context {
     pub recorder: Recorder,
     pub intervals: Intervals,
     pub limits: Limits,
+    /// Who the controller is on Temporal, and whose routing it takes over.
+    pub identity: Identity,
     /// WorkerDeployments triggered and waiting for their reconcile (a metric).
     pub queue: metrics::WorkQueue,
     /// Open once every watch cache a reconcile reads has been filled.
@@ -69,7 +71,7 @@ pub struct Context {
 impl Context {
     /// The identity of every Temporal write.
     pub fn identity(&self) -> &str {
-        self.pool.identity()
+        &self.identity.own
     }
 
     /// Records how a reconcile of `wd` ended; returns its failure streak, this one included.
@@ -261,7 +263,7 @@ async fn pipeline(
     *connection = Some(resolved.key.clone());
     let temporal = observe::temporal(wd, ctx, &resolved).await?;
     let observed = observe::observe(wd, ctx, &temporal, now).await?;
-    let plan = plan::plan_with(wd, &resolved.spec, ctx.identity(), &observed, &ctx.limits);
+    let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
     let gate_input = if plan.start_gates.is_empty() {
         Ok(None)
     } else {

@@ -60,9 +60,13 @@ pub async fn world_with(config: Option<Config>) -> Result<&'static World, String
     w.as_ref().map_err(Clone::clone)
 }
 
+/// A TWC release's manager identity that the tests' controllers are told to take over.
+pub const TAKE_OVER_IDENTITY: &str = "twc-release/twc-system/7e57e57e-0000-0000-0000-000000000001";
+
 pub fn test_config() -> Config {
     Config {
         identity: format!("twc-test/{}", std::process::id()),
+        take_over_identities: vec![TAKE_OVER_IDENTITY.into()],
         intervals: Intervals {
             moving: Duration::from_millis(500),
             steady: Duration::from_secs(5),
