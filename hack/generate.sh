@@ -22,7 +22,9 @@ chart=charts/temporal-worker-controller
 mkdir -p "$out/$crd_chart/files" "$out/$chart/files"
 cp -r "$out/config/crd" "$out/$crd_chart/files/crd"
 cp -r "$out/config/rbac" "$out/$chart/files/rbac"
-generated=(config/crd config/rbac "$crd_chart/files/crd" "$chart/files/rbac")
+# The admission policies are written by hand in config/admission; the chart reads a copy.
+cp -r config/admission "$out/$chart/files/admission"
+generated=(config/crd config/rbac "$crd_chart/files/crd" "$chart/files/rbac" "$chart/files/admission")
 
 # crates/gocompat: the encoding/json field table of corev1.PodTemplateSpec and the test tables,
 # written by the Go program in hack/gofields from the Go libraries TWC uses (Go's build cache

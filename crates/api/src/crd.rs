@@ -135,11 +135,6 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
-        "!has(self.gate) || !(has(self.gate.input) && has(self.gate.inputFrom))",
-        "only one of input or inputFrom may be set",
-    ),
-    (
-        "workerdeployments",
         "has(self.name) || has(self.objectRef)",
         "connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)",
     ),

@@ -204,8 +204,6 @@ pub enum RolloutStrategyKind {
         .message("steps are required for Progressive rollout"),
     validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
         .message("exactly one of configMapKeyRef or secretKeyRef must be set"),
-    validation = Rule::new("!has(self.gate) || !(has(self.gate.input) && has(self.gate.inputFrom))")
-        .message("only one of input or inputFrom may be set"),
     validation = Rule::new("!has(self.steps) || self.steps.map(s, s.rampPercentage).isSorted() && self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage))")
         .message("steps[].rampPercentage must be strictly increasing from one step to the next")
 )]

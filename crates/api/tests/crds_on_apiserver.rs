@@ -149,16 +149,6 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "exactly one of configMapKeyRef or secretKeyRef must be set",
         ),
         (
-            "gate with both input and inputFrom (TWC's webhook message)",
-            set(
-                minimal_wd("g"),
-                "spec/rollout/gate",
-                json!({"workflowType": "Gate", "input": {"a": 1}, "inputFrom": {
-                    "configMapKeyRef": {"name": "a", "key": "k"}}}),
-            ),
-            "only one of input or inputFrom may be set",
-        ),
-        (
             "gate inputFrom with no source",
             set(
                 minimal_wd("g"),
@@ -689,31 +679,7 @@ async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> Tes
     use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
     use kube::api::{Patch, PatchParams};
     let (env, admin) = setup().await?;
-    let policy = std::fs::read_to_string(
-        PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-            .join("../../config/admission/workerresourcetemplate-authz.yaml"),
-    )?;
-    for doc in serde_yaml::Deserializer::from_str(&policy) {
-        let obj: DynamicObject = serde::Deserialize::deserialize(doc)?;
-        let types = obj
-            .types
-            .clone()
-            .ok_or("a policy document without a kind")?;
-        let (group, version) = types.api_version.split_once('/').ok_or("no group")?;
-        let plural = format!("{}s", types.kind.to_lowercase());
-        let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(group, version, &types.kind),
-            &plural,
-        );
-        let name = obj.metadata.name.clone().ok_or("no name")?;
-        Api::<DynamicObject>::all_with(admin.clone(), &ar)
-            .patch(
-                &name,
-                &PatchParams::apply("twc-test").force(),
-                &Patch::Apply(&obj),
-            )
-            .await?;
-    }
+    apply_admission_policies(&admin).await?;
     let ns = env.namespace("wrt-authz").await?;
     let rule = |group: &str, resource: &str| PolicyRule {
         api_groups: Some(vec![group.into()]),
@@ -820,5 +786,92 @@ async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> Tes
     api(&may, &ns, "WorkerResourceTemplate")
         .create(&PostParams::default(), &wrt("allowed"))
         .await?;
+    Ok(())
+}
+
+/// Applies every policy of `config/admission/` (as `kubectl apply -f config/admission/` does).
+async fn apply_admission_policies(admin: &Client) -> TestResult {
+    use kube::api::{Patch, PatchParams};
+    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/admission");
+    for entry in std::fs::read_dir(dir)? {
+        let policy = std::fs::read_to_string(entry?.path())?;
+        for doc in serde_yaml::Deserializer::from_str(&policy) {
+            let obj: DynamicObject = serde::Deserialize::deserialize(doc)?;
+            let types = obj
+                .types
+                .clone()
+                .ok_or("a policy document without a kind")?;
+            let (group, version) = types.api_version.split_once('/').ok_or("no group")?;
+            let kind = types.kind.to_lowercase();
+            let plural = match kind.strip_suffix('y') {
+                Some(stem) => format!("{stem}ies"),
+                None => format!("{kind}s"),
+            };
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk(group, version, &types.kind),
+                &plural,
+            );
+            let name = obj.metadata.name.clone().ok_or("no name")?;
+            Api::<DynamicObject>::all_with(admin.clone(), &ar)
+                .patch(
+                    &name,
+                    &PatchParams::apply("twc-test").force(),
+                    &Patch::Apply(&obj),
+                )
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// TWC's webhook check that a CRD rule cannot make (`input` is schemaless):
+/// `config/admission/workerdeployment-gate-input.yaml` refuses a gate with both `input` and
+/// `inputFrom` with TWC's message, and lets either alone through.
+#[tokio::test]
+async fn a_gate_with_both_input_and_input_from_is_refused_with_twcs_message() -> TestResult {
+    let (env, admin) = setup().await?;
+    apply_admission_policies(&admin).await?;
+    let ns = env.namespace("gate-input").await?;
+    let wds = api(&admin, &ns, "WorkerDeployment");
+    let with_gate = |name: &str, gate: Value| {
+        let mut wd = minimal_wd(name);
+        wd["spec"]["rollout"]["gate"] = gate;
+        object(wd)
+    };
+    let both = json!({"workflowType": "Gate", "input": {"a": 1},
+        "inputFrom": {"configMapKeyRef": {"name": "a", "key": "k"}}});
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let message = loop {
+        match wds
+            .create(&PostParams::default(), &with_gate("both", both.clone()))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.code == 422 => break s.message,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {
+                wds.delete("both", &Default::default()).await?;
+                assert!(std::time::Instant::now() < deadline, "never enforced");
+                tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+            }
+        }
+    };
+    assert!(
+        message.contains("only one of input or inputFrom may be set"),
+        "{message}"
+    );
+    for (name, gate) in [
+        (
+            "input",
+            json!({"workflowType": "Gate", "input": [1, "two"]}),
+        ),
+        (
+            "input-from",
+            json!({"workflowType": "Gate",
+            "inputFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}),
+        ),
+    ] {
+        wds.create(&PostParams::default(), &with_gate(name, gate))
+            .await?;
+    }
     Ok(())
 }
