@@ -98,6 +98,11 @@ struct RunArgs {
         default_value = "0.0.0.0:8081"
     )]
     health_probe_bind_address: SocketAddr,
+    /// Serve `/metrics` only to callers whose bearer token the apiserver authenticates
+    /// (TokenReview) and allows to `get` the non-resource URL `/metrics` (SubjectAccessReview),
+    /// as TWC's authenticated metrics; the chart grants that with `<release>-metrics-reader`.
+    #[arg(long, env = "METRICS_AUTH", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    metrics_auth: bool,
     /// Run only while holding a Lease, so that of several replicas exactly one writes.
     #[arg(long, env = "LEADER_ELECT", default_value_t = false, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     leader_elect: bool,
@@ -199,6 +204,7 @@ fn main() -> anyhow::Result<()> {
                 wrt_allowed_kinds,
                 metrics_bind_address,
                 health_probe_bind_address,
+                metrics_auth,
                 leader_elect,
                 leader_election_namespace,
                 leader_election_id,
@@ -264,6 +270,7 @@ fn main() -> anyhow::Result<()> {
                     leader_election,
                     metrics_addr: metrics_bind_address,
                     health_addr: health_probe_bind_address,
+                    metrics_auth,
                 };
                 twc_controller::manager::run(client, run, shutdown_signal()).await?;
                 tracing::info!("stopped");

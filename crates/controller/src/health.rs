@@ -15,6 +15,8 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+
+use crate::metrics_auth::{MetricsAuth, Verdict};
 use kube::Client;
 
 /// What readiness depends on.
@@ -144,22 +146,63 @@ fn health_routes(health: Arc<Health>) -> Router {
         .route("/readyz", get(move || async move { readyz(&health) }))
 }
 
-fn metrics_routes() -> Router {
-    Router::new().route("/metrics", get(metrics))
+/// `/metrics`, open or (with `auth`) for callers the apiserver says may read it.
+fn metrics_routes(auth: Option<Arc<MetricsAuth>>) -> Router {
+    let Some(auth) = auth else {
+        return Router::new().route("/metrics", get(metrics));
+    };
+    Router::new().route(
+        "/metrics",
+        get(move |headers: axum::http::HeaderMap| {
+            let auth = auth.clone();
+            async move {
+                let header = headers
+                    .get(header::AUTHORIZATION)
+                    .and_then(|v| v.to_str().ok());
+                match auth.check(header).await {
+                    Ok(Verdict::Allowed) => metrics().await.into_response(),
+                    Ok(Verdict::Unauthenticated) => (
+                        StatusCode::UNAUTHORIZED,
+                        "a bearer token the apiserver knows is required\n",
+                    )
+                        .into_response(),
+                    Ok(Verdict::Forbidden(user)) => (
+                        StatusCode::FORBIDDEN,
+                        format!("{user} may not get the non-resource URL /metrics\n"),
+                    )
+                        .into_response(),
+                    Err(e) => {
+                        tracing::warn!("checking a /metrics caller with the apiserver: {e}");
+                        (
+                            StatusCode::INTERNAL_SERVER_ERROR,
+                            "the caller could not be checked\n",
+                        )
+                            .into_response()
+                    }
+                }
+            }
+        }),
+    )
 }
 
 /// Binds the listeners (one if both addresses are the same), so a taken port fails at start.
+/// With `metrics_auth`, `/metrics` answers only callers the apiserver allows (see
+/// [`MetricsAuth`]); `/livez` and `/readyz` stay open for the kubelet.
 pub async fn bind(
     metrics_addr: SocketAddr,
     health_addr: SocketAddr,
     health: Arc<Health>,
+    metrics_auth: Option<Arc<MetricsAuth>>,
 ) -> std::io::Result<impl Future<Output = ()> + Send + 'static> {
     let mut servers: Vec<futures::future::BoxFuture<'static, ()>> = Vec::new();
     let routes = if metrics_addr == health_addr {
-        vec![(metrics_addr, metrics_routes().merge(health_routes(health)))]
+        vec![(
+            metrics_addr,
+            metrics_routes(metrics_auth).merge(health_routes(health)),
+        )]
     } else {
         vec![
-            (metrics_addr, metrics_routes()),
+            (metrics_addr, metrics_routes(metrics_auth)),
             (health_addr, health_routes(health)),
         ]
     };

@@ -11,6 +11,7 @@ pub mod health;
 pub mod leader;
 pub mod manager;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod plan;
 pub mod rbac;
 pub mod scoped;

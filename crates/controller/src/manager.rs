@@ -21,6 +21,9 @@ pub struct RunConfig {
     pub leader_election: Option<LeaseConfig>,
     pub metrics_addr: SocketAddr,
     pub health_addr: SocketAddr,
+    /// `/metrics` only for callers the apiserver allows to get it (TokenReview +
+    /// SubjectAccessReview), as TWC's authenticated metrics.
+    pub metrics_auth: bool,
 }
 
 enum Outcome {
@@ -36,7 +39,16 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send,
 ) -> std::io::Result<()> {
     let health = Health::new();
-    let server = health::bind(config.metrics_addr, config.health_addr, health.clone()).await?;
+    let auth = config
+        .metrics_auth
+        .then(|| std::sync::Arc::new(crate::metrics_auth::MetricsAuth::new(client.clone())));
+    let server = health::bind(
+        config.metrics_addr,
+        config.health_addr,
+        health.clone(),
+        auth,
+    )
+    .await?;
     let server = tokio::spawn(server);
     let crds = tokio::spawn(health::watch_crds(
         client.clone(),

@@ -115,6 +115,14 @@ pub fn always_cluster_rules() -> Vec<PolicyRule> {
             &["selfsubjectaccessreviews"],
             &["create"],
         ),
+        // Authenticated metrics (`--metrics-auth`): who a caller's token belongs to, and
+        // whether that user may get /metrics.
+        rule("authentication.k8s.io", &["tokenreviews"], &["create"]),
+        rule(
+            "authorization.k8s.io",
+            &["subjectaccessreviews"],
+            &["create"],
+        ),
         // The identity ends in the UID of the controller's own namespace, as TWC's does (the
         // namespace is only known at run time, so the rule cannot name it).
         rule("", &["namespaces"], &["get"]),
@@ -205,6 +213,8 @@ mod tests {
             "clusterconnections/finalizers",
             "namespaces",
             "selfsubjectaccessreviews",
+            "subjectaccessreviews",
+            "tokenreviews",
         ] {
             assert!(
                 !in_role.iter().any(|r| r == cluster_kind),

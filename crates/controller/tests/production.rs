@@ -6,6 +6,7 @@
 //! * `/readyz` is false while the CRDs are missing and turns true once they are installed,
 //!   without a restart; `/livez` stays true throughout.
 //! * `/metrics` exposes every metric `docs/metrics.md` lists.
+//! * With `--metrics-auth`, `/metrics` answers only a token the apiserver allows to read it.
 
 mod common;
 
@@ -81,11 +82,19 @@ impl Replica {
 
 /// A plain HTTP/1.0 GET: (status, body).
 async fn http_get(addr: &str, path: &str) -> Result<(u16, String), String> {
+    http_get_as(addr, path, None).await
+}
+
+/// [`http_get`] with a bearer token.
+async fn http_get_as(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
     let mut stream = tokio::net::TcpStream::connect(addr)
         .await
         .map_err(|e| format!("connect {addr}: {e}"))?;
+    let auth = token
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
     stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").as_bytes())
         .await
         .map_err(|e| e.to_string())?;
     let mut raw = String::new();
@@ -349,5 +358,101 @@ async fn readyz_waits_for_the_crds_without_a_restart() -> TestResult {
     );
     let (live, _) = replica.get("/livez").await?;
     assert_eq!(live, 200);
+    Ok(())
+}
+
+/// `--metrics-auth` (the chart's default, TWC's authenticated metrics): `/metrics` answers 401
+/// without a token or with one the apiserver does not know, 403 naming the user for a token
+/// without the right, and the metrics for a ServiceAccount bound to a ClusterRole that may get
+/// the non-resource URL `/metrics` (as the chart's metrics-reader). `/livez` stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_answer_only_a_token_allowed_to_read_them() -> TestResult {
+    use k8s_openapi::api::authentication::v1::TokenRequest;
+    use k8s_openapi::api::core::v1::ServiceAccount;
+    use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let ns = w.tenant("metrics-auth").await;
+    let mut replica = start_replica(
+        &format!("metrics-auth-{ns}"),
+        &w.env.control_plane.kubeconfig_path,
+        &[
+            "--metrics-auth",
+            "--watch-namespaces",
+            &ns,
+            "--identity",
+            "metrics-auth-test",
+        ],
+    );
+    let reader = format!("metrics-reader-{ns}");
+    let pp = PatchParams::apply("metrics-auth-test").force();
+    let role: ClusterRole = from_json(json!({
+        "metadata": {"name": reader},
+        "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+    }));
+    Api::<ClusterRole>::all(admin.clone())
+        .patch(&reader, &pp, &Patch::Apply(&role))
+        .await?;
+    let binding: ClusterRoleBinding = from_json(json!({
+        "metadata": {"name": reader},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": reader},
+        "subjects": [{"kind": "ServiceAccount", "name": "prometheus", "namespace": ns}],
+    }));
+    Api::<ClusterRoleBinding>::all(admin.clone())
+        .patch(&reader, &pp, &Patch::Apply(&binding))
+        .await?;
+    let sas: Api<ServiceAccount> = Api::namespaced(admin.clone(), &ns);
+    let mut tokens = Vec::new();
+    for sa in ["prometheus", "nosy"] {
+        sas.create(
+            &Default::default(),
+            &from_json(json!({"metadata": {"name": sa}})),
+        )
+        .await?;
+        let request: TokenRequest =
+            from_json(json!({"spec": {"audiences": [], "expirationSeconds": 3600}}));
+        let token = sas
+            .create_token_request(sa, &Default::default(), &request)
+            .await?
+            .status
+            .map(|s| s.token)
+            .unwrap_or_default();
+        tokens.push(token);
+    }
+    let addr = replica.addr.clone();
+    let (live, _) = wait_for("/livez answers", Duration::from_secs(30), || async {
+        replica.get("/livez").await
+    })
+    .await?;
+    assert_eq!(live, 200, "/livez needs no token");
+    let (code, body) = http_get_as(&addr, "/metrics", None).await?;
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = http_get_as(&addr, "/metrics", Some("not-a-token")).await?;
+    assert_eq!(code, 401, "{body}");
+    let (code, body) = http_get_as(&addr, "/metrics", Some(&tokens[1])).await?;
+    assert_eq!(code, 403, "{body}");
+    assert!(
+        body.contains(&format!("system:serviceaccount:{ns}:nosy")),
+        "{body}"
+    );
+    // RBAC changes reach the authorizer within moments.
+    let body = wait_for(
+        "the reader gets /metrics",
+        Duration::from_secs(30),
+        || async {
+            match http_get_as(&addr, "/metrics", Some(&tokens[0])).await? {
+                (200, body) => Ok(body),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        },
+    )
+    .await
+    .map_err(|e| format!("{e}\n{}", replica.log()))?;
+    assert!(body.contains("twc_leader"), "{body}");
+    assert!(
+        !replica.log().contains(&tokens[0]),
+        "a token reached the log"
+    );
+    assert!(replica.process.try_wait().is_none(), "{}", replica.log());
     Ok(())
 }
