@@ -69,17 +69,95 @@ hack/generate.sh), by kind and generated name: include "twc.generatedRules" (lis
 {{- toYaml $rules }}
 {{- end }}
 
+{{- /*
+TWC's rbac.restrictWatchNamespaces, when not empty, means rbac.scope=namespaced with
+watchNamespaces set to that list (it wins over rbac.scope; a different watchNamespaces is an
+error).
+*/ -}}
+{{- define "twc.restrictWatchNamespaces" -}}
+{{- dig "restrictWatchNamespaces" (list) .Values.rbac | default (list) | uniq | toJson }}
+{{- end }}
+
+{{- /* The RBAC scope in effect: cluster or namespaced. */ -}}
+{{- define "twc.scope" -}}
+{{- if include "twc.restrictWatchNamespaces" . | fromJsonArray }}namespaced{{ else }}{{ .Values.rbac.scope }}{{ end }}
+{{- end }}
+
+{{- /* The watched namespaces in effect, as a JSON list (empty: all). */ -}}
+{{- define "twc.watchNamespaces" -}}
+{{- $restrict := include "twc.restrictWatchNamespaces" . | fromJsonArray }}
+{{- if $restrict }}{{ toJson $restrict }}{{ else }}{{ .Values.watchNamespaces | default (list) | uniq | toJson }}{{ end }}
+{{- end }}
+
+{{- /*
+TWC's workerResourceTemplate.allowedResources as a JSON list (empty: not set, the binary's
+default kinds and the generated RBAC).
+*/ -}}
+{{- define "twc.wrtAllowedResources" -}}
+{{- dig "allowedResources" nil (.Values.workerResourceTemplate | default dict) | default (list) | toJson }}
+{{- end }}
+
+{{- /* The image pull secrets: imagePullSecrets and TWC's image.pullSecrets, both. */ -}}
+{{- define "twc.imagePullSecrets" -}}
+{{- concat (.Values.imagePullSecrets | default (list)) (dig "pullSecrets" (list) .Values.image | default (list)) | uniq | toJson }}
+{{- end }}
+
+{{- /*
+The controller container's securityContext: TWC's containerSecurityContext if not empty
+(it replaces securityContext, as it replaces TWC's defaults), else securityContext, without
+TWC's securityContext.seccompProfile.enabled toggle (not a Kubernetes field).
+*/ -}}
+{{- define "twc.containerSecurityContext" -}}
+{{- $sc := .Values.containerSecurityContext | default .Values.securityContext | default dict | deepCopy }}
+{{- if kindIs "map" (get $sc "seccompProfile") }}
+{{- $profile := omit (get $sc "seccompProfile") "enabled" }}
+{{- if $profile }}{{ $_ := set $sc "seccompProfile" $profile }}{{ else }}{{ $_ := unset $sc "seccompProfile" }}{{ end }}
+{{- end }}
+{{- toJson $sc }}
+{{- end }}
+
 {{- define "twc.validate" -}}
+{{- $scope := include "twc.scope" . }}
+{{- $watch := include "twc.watchNamespaces" . | fromJsonArray }}
 {{- if not (has .Values.rbac.scope (list "cluster" "namespaced")) }}
 {{- fail (printf "rbac.scope must be cluster or namespaced, not %q" .Values.rbac.scope) }}
 {{- end }}
-{{- if and (eq .Values.rbac.scope "namespaced") (not .Values.watchNamespaces) }}
+{{- if and (eq $scope "namespaced") (not $watch) }}
 {{- fail "rbac.scope=namespaced needs watchNamespaces (the namespaces to watch)" }}
+{{- end }}
+{{- $restrict := include "twc.restrictWatchNamespaces" . | fromJsonArray }}
+{{- $ours := .Values.watchNamespaces | default (list) | uniq }}
+{{- if and $restrict $ours (ne (sortAlpha $restrict | toJson) (sortAlpha $ours | toJson)) }}
+{{- fail (printf "rbac.restrictWatchNamespaces (%s) and watchNamespaces (%s) differ: set one of them" (join "," $restrict) (join "," $ours)) }}
+{{- end }}
+{{- $wrt := dig "allowedResources" nil (.Values.workerResourceTemplate | default dict) }}
+{{- if and (kindIs "slice" $wrt) (not $wrt) }}
+{{- fail "workerResourceTemplate.allowedResources is empty, which would allow no kind: list at least one, or leave it unset for the default kinds (HorizontalPodAutoscaler, PodDisruptionBudget)" }}
+{{- end }}
+{{- range $i, $r := $wrt | default (list) }}
+{{- if not (and $r.kinds $r.apiGroups $r.resources) }}
+{{- fail (printf "workerResourceTemplate.allowedResources[%d] needs kinds, apiGroups and resources" $i) }}
+{{- end }}
 {{- end }}
 {{- if and (gt (int .Values.replicas) 1) (not .Values.leaderElection.enabled) }}
 {{- fail "more than one replica needs leaderElection.enabled=true" }}
 {{- end }}
 {{- if not (has .Values.log.format (list "text" "json")) }}
 {{- fail (printf "log.format must be text or json, not %q" .Values.log.format) }}
+{{- end }}
+{{- end }}
+
+{{- /*
+Non-empty if the value `index . 0` differs from the default `index . 1`: a map differs if one
+of its keys is not in the default or its value differs (keys left out keep the default).
+*/ -}}
+{{- define "twc.differs" -}}
+{{- $given := index . 0 }}
+{{- $default := index . 1 }}
+{{- if and (kindIs "map" $given) (kindIs "map" $default) }}
+{{- range $k, $v := $given }}
+{{- if not (hasKey $default $k) }}true{{ else }}{{ include "twc.differs" (list $v (get $default $k)) }}{{ end }}
+{{- end }}
+{{- else if ne (toJson $given) (toJson $default) }}true
 {{- end }}
 {{- end }}
