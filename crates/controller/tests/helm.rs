@@ -497,14 +497,659 @@ async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
 fn assert_no_forbidden(logs: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
     let text =
         String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).to_lowercase();
-    // The deliberate Pod Security rejection of `check_pod_security` is not an RBAC denial.
+    // The deliberate Pod Security rejection of `check_pod_security` is not an RBAC denial, and
+    // the end-user ServiceAccounts' denials are the end-user test's (the logs are shared).
     let forbidden: Vec<&str> = text
         .lines()
         .filter(|l| l.contains("forbidden") && !l.contains("violates podsecurity"))
+        .filter(|l| !l.contains(END_USER))
         .collect();
     assert!(
         forbidden.is_empty(),
         "the controller hit RBAC denials:\n{}",
         forbidden.join("\n")
     );
+}
+
+// ---- Coming from TWC's chart (docs/helm.md) ----
+
+/// TWC's chart's default values file, verbatim (helm/temporal-worker-controller/values.yaml of
+/// temporalio/temporal-worker-controller, the newest version with `workerResourceTemplate`,
+/// `kubeRBACProxy` and `rbac.createEndUserRoles`).
+const TWC_VALUES: &str = "crates/controller/tests/fixtures/twc-values.yaml";
+
+/// `helm <args>` in the workspace root: (success, stdout, stderr).
+async fn helm(args: &[&str]) -> (bool, String, String) {
+    let helm = twc_testenv::paths::helm();
+    assert!(
+        helm.exists(),
+        "helm is not at {}: run hack/provision.sh",
+        helm.display()
+    );
+    let out = tokio::process::Command::new(&helm)
+        .args(args)
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("running {}: {e}", helm.display()));
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// The install notes (`templates/NOTES.txt`) of a client-side dry-run install (Helm 3.22
+/// checks that the cluster is reachable even then, hence the test apiserver's kubeconfig).
+async fn notes(w: &World, args: &[&str]) -> String {
+    let kubeconfig = w.env.control_plane.kubeconfig_path.display().to_string();
+    let mut all = vec!["install", "notes", CHART, "--dry-run=client", "-n", "notes"];
+    all.extend_from_slice(&["--kubeconfig", &kubeconfig]);
+    all.extend_from_slice(args);
+    let (ok, stdout, stderr) = helm(&all).await;
+    assert!(ok, "helm install --dry-run {args:?} failed:\n{stderr}");
+    stdout
+        .split_once("NOTES:")
+        .map(|(_, n)| n.to_string())
+        .unwrap_or_else(|| panic!("no NOTES in:\n{stdout}"))
+}
+
+fn pod_spec(docs: &[Value], fullname: &str) -> Value {
+    one(docs, "Deployment", fullname)["spec"]["template"]["spec"].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn twcs_values_file_renders_and_lints() -> TestResult {
+    let w = world(false).await?;
+    let (ok, stdout, stderr) = helm(&["lint", "--strict", CHART, "-f", TWC_VALUES]).await;
+    assert!(ok, "helm lint with TWC's values:\n{stdout}\n{stderr}");
+
+    let docs = helm_template("twc", CHART, "twc-system", &["-f", TWC_VALUES]).await;
+    let fullname = format!("twc{FULLNAME_SUFFIX}");
+    let deployment = one(&docs, "Deployment", &fullname);
+    assert_eq!(deployment["spec"]["replicas"], 2, "TWC's replicas");
+    let pod = &deployment["spec"]["template"]["spec"];
+    assert_eq!(
+        pod["containers"].as_array().map(Vec::len),
+        Some(1),
+        "no sidecar"
+    );
+    assert_eq!(pod["terminationGracePeriodSeconds"], 10);
+    let c = &pod["containers"][0];
+    assert_eq!(
+        c["resources"]["requests"]["memory"], "64Mi",
+        "TWC's resources"
+    );
+    // TWC's securityContext.seccompProfile.enabled toggle is dropped, our defaults stay.
+    assert_eq!(
+        c["securityContext"]["seccompProfile"],
+        json!({"type": "RuntimeDefault"})
+    );
+    assert_eq!(c["securityContext"]["readOnlyRootFilesystem"], true);
+    assert_eq!(
+        pod["securityContext"]["runAsUser"], 65532,
+        "podSecurityContext: {{}} keeps ours"
+    );
+    assert_eq!(
+        env_value(c, "WRT_ALLOWED_KINDS").as_deref(),
+        Some("HorizontalPodAutoscaler")
+    );
+    assert_eq!(env_value(c, "WATCH_NAMESPACES"), None);
+    assert_eq!(
+        rules(one(&docs, "ClusterRole", &format!("{fullname}-wrt-kinds"))),
+        json!([{"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"],
+                "verbs": ["create", "patch", "delete"]}])
+    );
+    for role in ["view", "edit"] {
+        one(&docs, "ClusterRole", &format!("{fullname}-{role}"));
+    }
+    one(&docs, "Service", &format!("{fullname}-metrics"));
+
+    let notes = notes(w, &["-f", TWC_VALUES]).await;
+    assert!(notes.contains("TWC's Go image"), "{notes}");
+    assert!(notes.contains("served without authentication"), "{notes}");
+    assert!(
+        notes.contains("securityContext.seccompProfile.enabled"),
+        "{notes}"
+    );
+    assert!(
+        !notes.contains("Ignored values"),
+        "TWC's defaults are not reported as ignored:\n{notes}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ignored_twc_values_are_named_in_the_notes() -> TestResult {
+    let w = world(false).await?;
+    let plain = notes(w, &[]).await;
+    assert!(!plain.contains("Ignored values"), "{plain}");
+    for (set, key) in [
+        ("webhook.enabled=true", "webhook:"),
+        ("webhook.port=9000", "webhook:"),
+        ("certmanager.enabled=false", "certmanager:"),
+        ("certmanager.caInjectorJob.enabled=true", "certmanager:"),
+        ("kubeRBACProxy.image.tag=v0.18.0", "kubeRBACProxy:"),
+        ("authProxy.enabled=false", "authProxy:"),
+        ("namespace.create=true", "namespace:"),
+        ("prometheus.enabled=true", "prometheus:"),
+        ("crds.create=true", "crds:"),
+    ] {
+        let n = notes(w, &["--set", set]).await;
+        assert!(
+            n.contains("Ignored values") && n.contains(key),
+            "{set}: {n}"
+        );
+    }
+    let same = notes(
+        w,
+        &[
+            "--set",
+            "webhook.enabled=false",
+            "--set",
+            "certmanager.enabled=true",
+        ],
+    )
+    .await;
+    assert!(!same.contains("Ignored values"), "TWC's defaults: {same}");
+    let quiet = notes(w, &["--set", "metrics.disableAuth=true"]).await;
+    assert!(!quiet.contains("without authentication"), "{quiet}");
+    let off = notes(w, &["--set", "metrics.enabled=false"]).await;
+    assert!(off.contains("127.0.0.1:8080"), "{off}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn misspelt_keys_are_rejected() {
+    for (set, key) in [
+        ("replica=2", "replica"),
+        ("rbac.crate=true", "crate"),
+        ("metrics.enable=false", "enable"),
+        ("webhook.enabeld=true", "enabeld"),
+        ("image.pullSecret[0].name=x", "pullSecret"),
+    ] {
+        for cmd in ["template", "lint"] {
+            let args = match cmd {
+                "template" => vec!["template", "t", CHART, "--set", set],
+                _ => vec!["lint", CHART, "--set", set],
+            };
+            let (ok, stdout, stderr) = helm(&args).await;
+            let out = format!("{stdout}{stderr}");
+            assert!(!ok, "helm {cmd} accepted {set}:\n{out}");
+            assert!(
+                out.contains("additional properties") && out.contains(&format!("'{key}'")),
+                "helm {cmd} --set {set} does not name {key}:\n{out}"
+            );
+        }
+    }
+    // Wrong types too.
+    let (ok, _, stderr) = helm(&["template", "t", CHART, "--set", "rbac.scope=everywhere"]).await;
+    assert!(!ok && stderr.contains("scope"), "{stderr}");
+}
+
+/// A check of one rendering (release `t` in namespace `t-system`).
+type Check = fn(&[Value]);
+
+const T: &str = "t-temporal-worker-controller";
+
+#[tokio::test]
+async fn twc_keys_render_what_ours_do() {
+    let cases: &[(&str, &[&str], Check)] = &[
+        (
+            "image.pullSecrets joins imagePullSecrets",
+            &[
+                "--set",
+                "image.pullSecrets[0].name=twc",
+                "--set",
+                "imagePullSecrets[0].name=ours",
+                "--set",
+                "image.pullSecrets[1].name=ours",
+            ],
+            |d| {
+                assert_eq!(
+                    pod_spec(d, T)["imagePullSecrets"],
+                    json!([{"name": "ours"}, {"name": "twc"}])
+                )
+            },
+        ),
+        (
+            "containerSecurityContext replaces securityContext",
+            &[
+                "--set",
+                "containerSecurityContext.runAsUser=1000",
+                "--set",
+                "containerSecurityContext.allowPrivilegeEscalation=false",
+            ],
+            |d| {
+                assert_eq!(
+                    pod_spec(d, T)["containers"][0]["securityContext"],
+                    json!({"runAsUser": 1000, "allowPrivilegeEscalation": false})
+                )
+            },
+        ),
+        (
+            "securityContext.seccompProfile.enabled is dropped",
+            &["--set", "securityContext.seccompProfile.enabled=true"],
+            |d| {
+                assert_eq!(
+                    pod_spec(d, T)["containers"][0]["securityContext"]["seccompProfile"],
+                    json!({"type": "RuntimeDefault"})
+                )
+            },
+        ),
+        (
+            "rbac.restrictWatchNamespaces is namespaced scope",
+            &["--set", "rbac.restrictWatchNamespaces={a,b,a}"],
+            |d| {
+                let c = &pod_spec(d, T)["containers"][0];
+                assert_eq!(env_value(c, "WATCH_NAMESPACES").as_deref(), Some("a,b"));
+                let roles: Vec<&Value> = of_kind(d, "Role")
+                    .filter(|r| r["metadata"]["name"] == T)
+                    .collect();
+                assert_eq!(
+                    roles
+                        .iter()
+                        .map(|r| r["metadata"]["namespace"].clone())
+                        .collect::<Vec<_>>(),
+                    [json!("a"), json!("b")]
+                );
+                assert!(
+                    of_kind(d, "ClusterRole").all(|r| r["metadata"]["name"] != T),
+                    "no cluster-wide role"
+                );
+                one(d, "ClusterRole", &format!("{T}-cluster-scoped"));
+            },
+        ),
+        (
+            "rbac.restrictWatchNamespaces equal to watchNamespaces",
+            &[
+                "--set",
+                "rbac.restrictWatchNamespaces={b,a}",
+                "--set",
+                "watchNamespaces={a,b}",
+            ],
+            |d| {
+                assert_eq!(
+                    env_value(&pod_spec(d, T)["containers"][0], "WATCH_NAMESPACES").as_deref(),
+                    Some("b,a")
+                )
+            },
+        ),
+        (
+            "workerResourceTemplate.allowedResources: kinds and a ClusterRole",
+            &[
+                "--set-json",
+                r#"workerResourceTemplate.allowedResources=[{"kinds":["ScaledObject"],"apiGroups":["keda.sh"],"resources":["scaledobjects"]},{"kinds":["HorizontalPodAutoscaler","ScaledObject"],"apiGroups":["autoscaling"],"resources":["horizontalpodautoscalers"]}]"#,
+            ],
+            |d| {
+                let c = &pod_spec(d, T)["containers"][0];
+                assert_eq!(
+                    env_value(c, "WRT_ALLOWED_KINDS").as_deref(),
+                    Some("ScaledObject,HorizontalPodAutoscaler")
+                );
+                let name = format!("{T}-wrt-kinds");
+                assert_eq!(
+                    rules(one(d, "ClusterRole", &name)),
+                    json!([
+                        {"apiGroups": ["keda.sh"], "resources": ["scaledobjects"], "verbs": ["create", "patch", "delete"]},
+                        {"apiGroups": ["autoscaling"], "resources": ["horizontalpodautoscalers"], "verbs": ["create", "patch", "delete"]},
+                    ])
+                );
+                let binding = one(d, "ClusterRoleBinding", &name);
+                assert_eq!(binding["subjects"][0]["name"], T);
+                assert_eq!(binding["roleRef"]["name"], name.as_str());
+            },
+        ),
+        (
+            "workerResourceTemplate.allowedResources, namespaced: a Role per namespace",
+            &[
+                "--set-json",
+                r#"workerResourceTemplate.allowedResources=[{"kinds":["ScaledObject"],"apiGroups":["keda.sh"],"resources":["scaledobjects"]}]"#,
+                "--set",
+                "rbac.restrictWatchNamespaces={a,b}",
+            ],
+            |d| {
+                let name = format!("{T}-wrt-kinds");
+                assert!(of_kind(d, "ClusterRole").all(|r| r["metadata"]["name"] != name.as_str()));
+                for kind in ["Role", "RoleBinding"] {
+                    let ns: Vec<Value> = of_kind(d, kind)
+                        .filter(|r| r["metadata"]["name"] == name.as_str())
+                        .map(|r| r["metadata"]["namespace"].clone())
+                        .collect();
+                    assert_eq!(ns, [json!("a"), json!("b")], "{kind}");
+                }
+            },
+        ),
+        (
+            "no allowedResources: the binary's default kinds, no extra role",
+            &[],
+            |d| {
+                assert_eq!(
+                    env_value(&pod_spec(d, T)["containers"][0], "WRT_ALLOWED_KINDS"),
+                    None
+                );
+                assert!(d.iter().all(|o| {
+                    !o["metadata"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .ends_with("-wrt-kinds")
+                }));
+            },
+        ),
+        (
+            "metrics.enabled=false: no port, Service or ServiceMonitor; loopback only",
+            &[
+                "--set",
+                "metrics.enabled=false",
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+            ],
+            |d| {
+                let c = &pod_spec(d, T)["containers"][0];
+                assert_eq!(
+                    env_value(c, "METRICS_BIND_ADDRESS").as_deref(),
+                    Some("127.0.0.1:8080")
+                );
+                assert_eq!(
+                    c["ports"],
+                    json!([{"name": "health", "containerPort": 8081, "protocol": "TCP"}])
+                );
+                assert_eq!(of_kind(d, "Service").count(), 0);
+                assert_eq!(of_kind(d, "ServiceMonitor").count(), 0);
+            },
+        ),
+        (
+            "metrics.enabled (TWC's default) with a ServiceMonitor",
+            &[
+                "--set",
+                "metrics.enabled=true",
+                "--set",
+                "metrics.disableAuth=true",
+                "--set",
+                "metrics.serviceMonitor.enabled=true",
+            ],
+            |d| {
+                let c = &pod_spec(d, T)["containers"][0];
+                assert_eq!(
+                    env_value(c, "METRICS_BIND_ADDRESS").as_deref(),
+                    Some("0.0.0.0:8080")
+                );
+                one(d, "Service", &format!("{T}-metrics"));
+                one(d, "ServiceMonitor", T);
+            },
+        ),
+        ("priority", &["--set", "priority=1000"], |d| {
+            assert_eq!(pod_spec(d, T)["priority"], 1000)
+        }),
+        (
+            "extraVolumes and extraVolumeMounts",
+            &[
+                "--set",
+                "extraVolumes[0].name=ca",
+                "--set",
+                "extraVolumes[0].secret.secretName=ca",
+                "--set",
+                "extraVolumeMounts[0].name=ca",
+                "--set",
+                "extraVolumeMounts[0].mountPath=/etc/ca",
+            ],
+            |d| {
+                let pod = pod_spec(d, T);
+                assert_eq!(
+                    pod["volumes"],
+                    json!([{"name": "ca", "secret": {"secretName": "ca"}}])
+                );
+                assert_eq!(
+                    pod["containers"][0]["volumeMounts"],
+                    json!([{"name": "ca", "mountPath": "/etc/ca"}])
+                );
+            },
+        ),
+        (
+            "rbac.createEndUserRoles=false",
+            &["--set", "rbac.createEndUserRoles=false"],
+            |d| {
+                assert!(of_kind(d, "ClusterRole").all(|r| {
+                    let n = r["metadata"]["name"].as_str().unwrap_or_default();
+                    !n.ends_with("-view") && !n.ends_with("-edit")
+                }))
+            },
+        ),
+        (
+            "serviceAccount.name: null (TWC's default) is the full name",
+            &[
+                "--set",
+                "serviceAccount.name=null",
+                "--set",
+                "rbac.create=true",
+            ],
+            |d| assert_eq!(pod_spec(d, T)["serviceAccountName"], T),
+        ),
+    ];
+    let twc = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let out = tokio::process::Command::new(&twc)
+        .args(["run", "--help"])
+        .output()
+        .await
+        .unwrap_or_else(|e| panic!("{}: {e}", twc.display()));
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    for (name, args, check) in cases {
+        let docs = helm_template("t", CHART, "t-system", args).await;
+        check(&docs);
+        for (env, _) in env(&pod_spec(&docs, T)["containers"][0]) {
+            assert!(
+                env == "POD_NAMESPACE" || help.contains(&format!("[env: {env}=")),
+                "{name}: the chart sets {env}, which `twc run` does not read"
+            );
+        }
+        let mut lint = vec!["lint", "--strict", CHART];
+        lint.extend_from_slice(args);
+        let (ok, stdout, stderr) = helm(&lint).await;
+        assert!(ok, "{name}: helm lint:\n{stdout}\n{stderr}");
+    }
+
+    for (args, message) in [
+        (
+            &[
+                "--set",
+                "rbac.restrictWatchNamespaces={a}",
+                "--set",
+                "watchNamespaces={b}",
+            ][..],
+            "rbac.restrictWatchNamespaces (a) and watchNamespaces (b) differ",
+        ),
+        (
+            &["--set-json", "workerResourceTemplate.allowedResources=[]"][..],
+            "workerResourceTemplate.allowedResources is empty",
+        ),
+    ] {
+        let mut all = vec!["template", "t", CHART];
+        all.extend_from_slice(args);
+        let (ok, _, stderr) = helm(&all).await;
+        assert!(!ok && stderr.contains(message), "{args:?}: {stderr}");
+    }
+}
+
+/// kube-controller-manager with only the ClusterRole aggregation controller, against the test
+/// apiserver (the environment's own runs without it). Stopped when dropped.
+async fn aggregation_controller(env: &twc_testenv::TestEnv) -> tokio::process::Child {
+    let dir = env
+        .dir()
+        .join(format!("aggregation-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("a free port: {e}"));
+    let kubeconfig = env.control_plane.kubeconfig_path.display().to_string();
+    let log = std::fs::File::create(dir.join("kube-controller-manager.log"))
+        .unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
+    tokio::process::Command::new(twc_testenv::paths::kube_controller_manager())
+        .args([
+            format!("--kubeconfig={kubeconfig}"),
+            format!("--authentication-kubeconfig={kubeconfig}"),
+            format!("--authorization-kubeconfig={kubeconfig}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--secure-port={port}"),
+            format!("--cert-dir={}", dir.display()),
+            "--leader-elect=false".into(),
+            "--controllers=clusterrole-aggregation".into(),
+        ])
+        .stdout(std::process::Stdio::null())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap_or_else(|e| panic!("kube-controller-manager: {e}"))
+}
+
+/// The prefix of the end-user test's ServiceAccounts, whose denials are expected.
+const END_USER: &str = "end-user-";
+
+/// A ServiceAccount `name` in `ns` bound there (RoleBinding) to the built-in ClusterRole
+/// `role`, and a client authenticated as it.
+async fn bound_to(w: &World, admin: &Client, ns: &str, name: &str, role: &str) -> Client {
+    let binding: RoleBinding = from_json(json!({
+        "metadata": {"name": name, "namespace": ns},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": ns}],
+    }));
+    Api::<RoleBinding>::namespaced(admin.clone(), ns)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap_or_else(|e| panic!("RoleBinding {name}: {e}"));
+    w.env
+        .control_plane
+        .client_as_service_account(ns, name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn a_worker_deployment(ns: &str, name: &str) -> twc_api::WorkerDeployment {
+    from_json(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "workerOptions": {"connectionRef": {"name": "temporal"}, "temporalNamespace": "default"},
+            "rollout": {"strategy": "AllAtOnce"},
+            "sunset": {"scaledownDelay": "10s", "deleteDelay": "10s"},
+            "template": {"spec": {"containers": [{"name": "worker", "image": "worker:v1"}]}},
+        },
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn end_user_roles_let_namespace_editors_manage_worker_deployments() -> TestResult {
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let system = w.env.namespace("helm-u").await?;
+    let team = w.env.namespace("helm-u-team").await?;
+    let docs = helm_template(
+        &system,
+        CHART,
+        &system,
+        &["--set", "rbac.createEndUserRoles=true"],
+    )
+    .await;
+    let fullname = format!("{system}{FULLNAME_SUFFIX}");
+    let end_user: Vec<Value> = [format!("{fullname}-view"), format!("{fullname}-edit")]
+        .iter()
+        .map(|n| one(&docs, "ClusterRole", n).clone())
+        .collect();
+    let labels = |i: usize| end_user[i]["metadata"]["labels"].clone();
+    assert_eq!(
+        labels(0)["rbac.authorization.k8s.io/aggregate-to-view"],
+        "true"
+    );
+    assert_eq!(
+        labels(1)["rbac.authorization.k8s.io/aggregate-to-edit"],
+        "true"
+    );
+    assert_eq!(
+        labels(1)["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+    for role in &end_user {
+        assert!(
+            !role["rules"].to_string().contains("clusterconnections"),
+            "ClusterConnections are for cluster admins: {role}"
+        );
+    }
+    apply(&admin, &end_user, &["ClusterRole"], false).await;
+    let _aggregation = aggregation_controller(w.env).await;
+
+    let editor = bound_to(w, &admin, &team, &format!("{END_USER}editor"), "edit").await;
+    let viewer = bound_to(w, &admin, &team, &format!("{END_USER}viewer"), "view").await;
+    let as_editor: Api<twc_api::WorkerDeployment> = Api::namespaced(editor.clone(), &team);
+    let as_viewer: Api<twc_api::WorkerDeployment> = Api::namespaced(viewer.clone(), &team);
+    // The aggregation controller copies the rules into edit and view within moments.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match as_editor
+            .create(&PostParams::default(), &a_worker_deployment(&team, "w"))
+            .await
+        {
+            Ok(_) => break,
+            Err(kube::Error::Api(s)) if s.code == 403 && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("an editor of {team} cannot create a WorkerDeployment: {e}"),
+        }
+    }
+    as_editor
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": 2}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("an editor cannot patch: {e}"));
+    Api::<twc_api::Connection>::namespaced(editor.clone(), &team)
+        .list(&Default::default())
+        .await
+        .unwrap_or_else(|e| panic!("an editor cannot list Connections: {e}"));
+    loop {
+        match as_viewer.list(&Default::default()).await {
+            Ok(list) => {
+                assert_eq!(list.items.len(), 1);
+                break;
+            }
+            Err(kube::Error::Api(s)) if s.code == 403 && tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(e) => panic!("a viewer of {team} cannot list WorkerDeployments: {e}"),
+        }
+    }
+    as_viewer
+        .get("w")
+        .await
+        .unwrap_or_else(|e| panic!("a viewer cannot get: {e}"));
+    let denied = as_viewer
+        .create(&PostParams::default(), &a_worker_deployment(&team, "w2"))
+        .await;
+    assert!(
+        matches!(&denied, Err(kube::Error::Api(s)) if s.code == 403),
+        "a viewer created a WorkerDeployment: {denied:?}"
+    );
+    let elsewhere = Api::<twc_api::WorkerDeployment>::namespaced(editor.clone(), &system)
+        .list(&Default::default())
+        .await;
+    assert!(
+        matches!(&elsewhere, Err(kube::Error::Api(s)) if s.code == 403),
+        "the editor of {team} reads {system}: {elsewhere:?}"
+    );
+    let cluster_wide = Api::<twc_api::ClusterConnection>::all(editor.clone())
+        .list(&Default::default())
+        .await;
+    assert!(
+        matches!(&cluster_wide, Err(kube::Error::Api(s)) if s.code == 403),
+        "the editor lists ClusterConnections: {cluster_wide:?}"
+    );
+    as_editor
+        .delete("w", &DeleteParams::default())
+        .await
+        .unwrap_or_else(|e| panic!("an editor cannot delete: {e}"));
+    delete_cluster_rbac(&admin, &end_user).await;
+    Ok(())
 }
