@@ -221,6 +221,7 @@ fn check_deployment(docs: &[Value], fullname: &str, namespace: &str) -> Value {
 async fn check_env_names_are_the_binarys(release: &str) {
     let all = [
         "identity=helm-test",
+        "takeOverIdentities={old/twc/1,other}",
         "fastPollSeconds=1",
         "steadyPollSeconds=5",
         "maxUndeletableVersions=10",
@@ -234,7 +235,11 @@ async fn check_env_names_are_the_binarys(release: &str) {
     let deployment = one(&docs, "Deployment", &format!("{release}{FULLNAME_SUFFIX}"));
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let names: Vec<String> = env(container).into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names.len(), 16, "{names:?}");
+    assert_eq!(names.len(), 18, "{names:?}");
+    assert_eq!(
+        env_value(container, "TAKE_OVER_IDENTITIES").as_deref(),
+        Some("old/twc/1,other")
+    );
     assert_eq!(
         env_value(container, "WATCH_NAMESPACES").as_deref(),
         Some("a,b")
@@ -607,7 +612,8 @@ async fn twcs_values_file_renders_and_lints() -> TestResult {
 
     let notes = notes(w, &["-f", TWC_VALUES]).await;
     assert!(notes.contains("TWC's Go image"), "{notes}");
-    assert!(notes.contains("served without authentication"), "{notes}");
+    assert!(notes.contains("-metrics-reader"), "authenticated as in TWC: {notes}");
+    assert_eq!(env_value(c, "METRICS_AUTH").as_deref(), Some("true"));
     assert!(
         notes.contains("securityContext.seccompProfile.enabled"),
         "{notes}"
@@ -652,8 +658,10 @@ async fn ignored_twc_values_are_named_in_the_notes() -> TestResult {
     )
     .await;
     assert!(!same.contains("Ignored values"), "TWC's defaults: {same}");
-    let quiet = notes(w, &["--set", "metrics.disableAuth=true"]).await;
-    assert!(!quiet.contains("without authentication"), "{quiet}");
+    let open = notes(w, &["--set", "metrics.disableAuth=true"]).await;
+    assert!(open.contains("served to anyone"), "{open}");
+    let authenticated = notes(w, &[]).await;
+    assert!(authenticated.contains("-metrics-reader"), "{authenticated}");
     let off = notes(w, &["--set", "metrics.enabled=false"]).await;
     assert!(off.contains("127.0.0.1:8080"), "{off}");
     Ok(())
@@ -874,8 +882,40 @@ async fn twc_keys_render_what_ours_do() {
                     env_value(c, "METRICS_BIND_ADDRESS").as_deref(),
                     Some("0.0.0.0:8080")
                 );
+                assert_eq!(env_value(c, "METRICS_AUTH"), None, "disableAuth=true");
                 one(d, "Service", &format!("{T}-metrics"));
-                one(d, "ServiceMonitor", T);
+                let monitor = one(d, "ServiceMonitor", T);
+                assert!(
+                    monitor["spec"]["endpoints"][0]
+                        .get("bearerTokenFile")
+                        .is_none()
+                );
+                assert_eq!(
+                    of_kind(d, "ClusterRole")
+                        .filter(|r| r["metadata"]["name"]
+                            .as_str()
+                            .is_some_and(|n| n.ends_with("-metrics-reader")))
+                        .count(),
+                    0
+                );
+            },
+        ),
+        (
+            "metrics.disableAuth=false (TWC's default): authenticated, a metrics-reader role",
+            &["--set", "metrics.serviceMonitor.enabled=true"],
+            |d| {
+                let c = &pod_spec(d, T)["containers"][0];
+                assert_eq!(env_value(c, "METRICS_AUTH").as_deref(), Some("true"));
+                let monitor = one(d, "ServiceMonitor", T);
+                assert_eq!(
+                    monitor["spec"]["endpoints"][0]["bearerTokenFile"],
+                    json!("/var/run/secrets/kubernetes.io/serviceaccount/token")
+                );
+                let reader = one(d, "ClusterRole", &format!("{T}-metrics-reader"));
+                assert_eq!(
+                    reader["rules"],
+                    json!([{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}])
+                );
             },
         ),
         ("priority", &["--set", "priority=1000"], |d| {
