@@ -16,7 +16,10 @@
 //! - a `connectionRef` change;
 //! - image changes in quick succession (a new image, then the previous one back);
 //! - a scaler taking over replicas: a WorkerResourceTemplate rendering an HPA, then the
-//!   current version scaled to 2 as an HPA would.
+//!   current version scaled to 2 as an HPA would;
+//! - the client certificate Secret rotated (a new key pair from the same CA, the old one still
+//!   valid, as cert-manager renews): every connection is mutual TLS through a TLS proxy in
+//!   front of the dev server, so the controller must dial again with the new Secret.
 //!
 //! An observer reads Temporal and the apiserver every 200 ms and checks:
 //!
@@ -42,6 +45,7 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
 use kube::Client;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -49,13 +53,18 @@ use temporalio_client::Connection as TemporalConnection;
 use twc_api::{ClusterConnection, Connection, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, target_build_id};
 use twc_controller::temporal::{self, DeploymentState};
+use twc_testenv::pki::{Ca, Usage};
 use twc_testenv::process::{ChildProcess, Spec};
+use twc_testenv::tls_proxy::TlsProxy;
 use twc_testenv::{LocalImage, Options, TemporalOptions, TestEnv};
 
 const IMAGE: &str = "example.com/chaos-worker";
 const CLUSTER_CONNECTION: &str = "chaos";
 const CONNECTION: &str = "local";
 const IDENTITY: &str = "twc-chaos";
+/// The client certificate Secret every connection names, and the server name of the proxy.
+const MTLS_SECRET: &str = "chaos-mtls";
+const SERVER_NAME: &str = "temporal.chaos";
 /// Every call to a server gives up after this long (a server restarting may leave a call
 /// hanging).
 const CALL_TIMEOUT: Duration = Duration::from_secs(5);
@@ -122,10 +131,11 @@ enum Fault {
     ConnectionRefChange,
     RapidImageChanges,
     ScalerTakeover,
+    SecretRotation,
 }
 
 impl Fault {
-    const ALL: [Fault; 7] = [
+    const ALL: [Fault; 8] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -133,6 +143,7 @@ impl Fault {
         Fault::ConnectionRefChange,
         Fault::RapidImageChanges,
         Fault::ScalerTakeover,
+        Fault::SecretRotation,
     ];
 
     fn name(self) -> &'static str {
@@ -144,6 +155,7 @@ impl Fault {
             Fault::ConnectionRefChange => "connectionRef change",
             Fault::RapidImageChanges => "rapid image changes",
             Fault::ScalerTakeover => "scaler takes over replicas",
+            Fault::SecretRotation => "client certificate Secret rotated",
         }
     }
 }
@@ -176,6 +188,10 @@ impl Report {
 /// Everything the tasks share.
 struct Run<'a> {
     env: &'a TestEnv,
+    /// The CA the TLS proxy trusts for client certificates.
+    ca: Ca,
+    /// The TLS proxy in front of the dev server (mutual TLS).
+    tls_address: String,
     client: Client,
     temporal: TemporalConnection,
     ns: String,
@@ -236,6 +252,14 @@ async fn main() -> anyhow::Result<()> {
     ]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
+    let ca = Ca::new("chaos-ca")?;
+    let server = ca.issue(
+        SERVER_NAME,
+        &[SERVER_NAME, "127.0.0.1"],
+        Usage::Server,
+        time::Duration::days(7),
+    )?;
+    let proxy = TlsProxy::start(&env.temporal.address, &server, Some(&ca.cert_pem)).await?;
     let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
     let temporal_ns = env.temporal_namespace().await?;
     let names: Vec<String> = (0..cli.worker_deployments.max(1))
@@ -244,6 +268,8 @@ async fn main() -> anyhow::Result<()> {
     let run = Run {
         temporal: env.temporal.connect().await?,
         env: &env,
+        ca,
+        tls_address: proxy.address.clone(),
         client,
         ns,
         temporal_ns,
@@ -433,11 +459,18 @@ fn connection_ref(i: usize) -> Value {
 /// The ClusterConnection, the Connection and the WorkerDeployments at image `r0`; waits
 /// until they converge.
 async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
-    let address = run.env.temporal.address.clone();
+    Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+        .create(&PostParams::default(), &client_secret(run)?)
+        .await?;
+    let spec = json!({
+        "hostPort": run.tls_address,
+        "tls": {"serverName": SERVER_NAME},
+        "mutualTLSSecretRef": {"name": MTLS_SECRET}
+    });
     let cc: ClusterConnection = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
         "metadata": {"name": CLUSTER_CONNECTION},
-        "spec": {"hostPort": address}
+        "spec": spec
     }))?;
     Api::<ClusterConnection>::all(run.client.clone())
         .create(&PostParams::default(), &cc)
@@ -445,7 +478,7 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     let c: Connection = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
         "metadata": {"name": CONNECTION, "namespace": run.ns},
-        "spec": {"hostPort": address}
+        "spec": spec
     }))?;
     Api::<Connection>::namespaced(run.client.clone(), &run.ns)
         .create(&PostParams::default(), &c)
@@ -464,8 +497,12 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
                 "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
                 "rollout": rollout,
                 "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
+                // The workers trust the proxy's private CA from the mounted Secret's ca.crt
+                // (the controller tells them only for tls.caCertSecretRef).
                 "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0")}]}}
+                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0"),
+                        "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
+                                 "value": "/etc/temporal/tls/ca.crt"}]}]}}
             }
         }))?;
         run.wds().create(&PostParams::default(), &wd).await?;
@@ -474,6 +511,18 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
         wait_converged(run, name, run.converge).await?;
     }
     Ok(())
+}
+
+/// The client certificate Secret: a fresh key pair from the run's CA, valid for a day.
+fn client_secret(run: &Run<'_>) -> anyhow::Result<Secret> {
+    let pair = run
+        .ca
+        .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(1))?;
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": MTLS_SECRET},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": run.ca.cert_pem}
+    }))?)
 }
 
 /// Whether `name` is at its spec's target: the status and Temporal both say it is current,
@@ -655,6 +704,16 @@ async fn apply(
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = run.names[i].clone();
             take_over(run, &name).await?;
+        }
+        Fault::SecretRotation => {
+            let rotated = client_secret(run)?;
+            Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+                .patch(
+                    MTLS_SECRET,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": rotated.string_data})),
+                )
+                .await?;
         }
         Fault::RapidImageChanges => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
@@ -956,7 +1015,7 @@ fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
         "faults, and time from each fault until every WorkerDeployment was at its spec's target:"
     );
     println!(
-        "  {:<30} {:>5} {:>8} {:>8}",
+        "  {:<34} {:>5} {:>8} {:>8}",
         "kind", "count", "p50 s", "p99 s"
     );
     for kind in Fault::ALL {
@@ -969,7 +1028,7 @@ fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
         let count = report.faults.iter().filter(|(k, _, _)| *k == kind).count();
         times.sort();
         println!(
-            "  {:<30} {:>5} {:>8.1} {:>8.1}",
+            "  {:<34} {:>5} {:>8.1} {:>8.1}",
             kind.name(),
             count,
             percentile(&times, 0.5).as_secs_f64(),
