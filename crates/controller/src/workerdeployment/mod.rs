@@ -207,13 +207,10 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         Outcome::Failed { verdict, .. } => verdict.retry.after(&ctx.intervals, streak),
     };
 
-    let mut notes = Vec::new();
-    if let Ok(p) = &pass {
-        notes.extend(events::of_applied(wd, &p.plan.target_build_id, &p.applied));
-    }
+    let mut failed = Vec::new();
     if let Outcome::Failed { error, verdict } = &outcome {
         metrics::global().reconcile_failed(CONTROLLER, verdict.reason);
-        notes.extend(events::of_error(&previous, error, *verdict));
+        failed.extend(events::of_error(&previous, error, *verdict));
         let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
         if verdict.warning {
             tracing::warn!(namespace = ns, name, reason = verdict.reason, "{error}");
@@ -229,7 +226,13 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         ctx.identity(),
         now,
     );
-    notes.extend(events::of_status(&previous, &new_status));
+    // In the order things happened: what was seen (a version registered or drained), then
+    // what was done about it (created, promoted, scaled), then what failed.
+    let mut notes = events::of_status(&previous, &new_status);
+    if let Ok(p) = &pass {
+        notes.extend(events::of_applied(wd, &p.plan.target_build_id, &p.applied));
+    }
+    notes.extend(failed);
     for n in notes {
         ctx.event(wd, n.type_, n.reason, n.note).await;
     }

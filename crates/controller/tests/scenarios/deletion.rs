@@ -56,6 +56,13 @@ pub async fn deletion_removes_connection_finalizer(w: &'static World) {
         common::has_finalizer(&wd),
         "no finalizer on the WorkerDeployment"
     );
+    // Events tell the story in order: the version registered before it was promoted.
+    let reasons = s.event_reasons().await;
+    let at = |r: &str| reasons.iter().position(|x| x == r);
+    assert!(
+        at("VersionRegistered").is_some() && at("VersionRegistered") < at("VersionPromoted"),
+        "{reasons:?}"
+    );
     common::wait_connection(&s.client, &s.ns, CONNECTION, "protected", WAIT).await;
 
     let connections: Api<Connection> = Api::namespaced(s.client.clone(), &s.ns);

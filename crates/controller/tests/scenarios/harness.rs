@@ -698,6 +698,23 @@ impl Scenario {
             .await
     }
 
+    /// The reasons of the WorkerDeployment's events, in the order they happened.
+    pub async fn event_reasons(&self) -> Vec<String> {
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
+        let mut events: Vec<Event> = api
+            .list(&ListParams::default())
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .items
+            .into_iter()
+            .filter(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(self.name.as_str())
+            })
+            .collect();
+        events.sort_by_key(|e| e.event_time.as_ref().map(|t| t.0));
+        events.into_iter().filter_map(|e| e.reason).collect()
+    }
+
     /// Waits for a Warning event with `reason` about the `kind` object `name` of the namespace.
     pub async fn wait_warning_about(&self, kind: &str, name: &str, reason: &str) -> String {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
