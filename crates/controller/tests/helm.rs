@@ -612,7 +612,10 @@ async fn twcs_values_file_renders_and_lints() -> TestResult {
 
     let notes = notes(w, &["-f", TWC_VALUES]).await;
     assert!(notes.contains("TWC's Go image"), "{notes}");
-    assert!(notes.contains("-metrics-reader"), "authenticated as in TWC: {notes}");
+    assert!(
+        notes.contains("-metrics-reader"),
+        "authenticated as in TWC: {notes}"
+    );
     assert_eq!(env_value(c, "METRICS_AUTH").as_deref(), Some("true"));
     assert!(
         notes.contains("securityContext.seccompProfile.enabled"),
