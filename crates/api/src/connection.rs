@@ -43,9 +43,7 @@ pub const NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 )]
 #[x_kube(
     validation = Rule::new("!(has(self.mutualTLSSecretRef) && has(self.apiKeySecretRef))")
-        .message("Only one of mutualTLSSecretRef or apiKeySecretRef may be set"),
-    validation = Rule::new("!(has(self.mutualTLSSecretRef) && has(self.tls) && has(self.tls.caCertSecretRef))")
-        .message("tls.caCertSecretRef cannot be combined with mutualTLSSecretRef; put the CA into that Secret's ca.crt key instead")
+        .message("Only one of mutualTLSSecretRef or apiKeySecretRef may be set")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct ConnectionSpec {
@@ -58,11 +56,13 @@ pub struct ConnectionSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<ConnectionTls>,
 
-    /// The Secret holding the client certificate (`tls.crt`), its key (`tls.key`) and,
-    /// optionally, a CA bundle for the server (`ca.crt`), for mutual TLS. The Secret must be of
-    /// type `kubernetes.io/tls` or `Opaque`, in the namespace of the WorkerDeployment (for a
-    /// ClusterConnection: each WorkerDeployment's own namespace). Worker pods mount it at
-    /// `/etc/temporal/tls`.
+    /// The Secret holding the client certificate (`tls.crt`) and its key (`tls.key`), for
+    /// mutual TLS. The Secret must be of type `kubernetes.io/tls` or `Opaque`, in the namespace
+    /// of the WorkerDeployment (for a ClusterConnection: each WorkerDeployment's own
+    /// namespace). Worker pods mount it at `/etc/temporal/tls`. A `ca.crt` key in it is trusted
+    /// by the controller's own client (as TWC does) but not passed to the workers: for a
+    /// server signed by a private CA, set `tls.caCertSecretRef` (it may name this same Secret),
+    /// and the controller and the workers both trust it.
     #[serde(
         default,
         rename = "mutualTLSSecretRef",
@@ -87,8 +87,10 @@ pub struct ConnectionTls {
     pub server_name: Option<String>,
 
     /// A Secret whose `ca.crt` key holds CA certificates to trust for the Temporal server, in
-    /// addition to the system roots, independent of the authentication mode. Resolved in the
-    /// namespace of the WorkerDeployment, like the credential Secrets.
+    /// addition to the system roots, with any authentication mode (with mutual TLS it may be
+    /// the `mutualTLSSecretRef` Secret itself). Resolved in the namespace of the
+    /// WorkerDeployment, like the credential Secrets. Worker pods mount it at
+    /// `/etc/temporal/ca` and are told with `TEMPORAL_TLS_SERVER_CA_CERT_PATH`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ca_cert_secret_ref: Option<SecretReference>,
 }

@@ -159,19 +159,9 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
         "Only one of mutualTLSSecretRef or apiKeySecretRef may be set",
     ),
     (
-        "connections",
-        "!(has(self.mutualTLSSecretRef) && has(self.tls) && has(self.tls.caCertSecretRef))",
-        "tls.caCertSecretRef cannot be combined with mutualTLSSecretRef; put the CA into that Secret's ca.crt key instead",
-    ),
-    (
         "clusterconnections",
         "!(has(self.mutualTLSSecretRef) && has(self.apiKeySecretRef))",
         "Only one of mutualTLSSecretRef or apiKeySecretRef may be set",
-    ),
-    (
-        "clusterconnections",
-        "!(has(self.mutualTLSSecretRef) && has(self.tls) && has(self.tls.caCertSecretRef))",
-        "tls.caCertSecretRef cannot be combined with mutualTLSSecretRef; put the CA into that Secret's ca.crt key instead",
     ),
     (
         "workerresourcetemplates",

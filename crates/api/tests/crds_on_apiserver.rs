@@ -6,7 +6,7 @@ use std::path::PathBuf;
 
 use kube::api::{DynamicObject, PostParams};
 use kube::core::{ApiResource, GroupVersionKind};
-use kube::{Api, Client};
+use kube::{Api, Client, ResourceExt};
 use serde_json::{Value, json};
 use twc_api::{ClusterConnection, Connection, WorkerDeployment, WorkerResourceTemplate};
 use twc_testenv::TestEnv;
@@ -260,21 +260,23 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "Only one of mutualTLSSecretRef or apiKeySecretRef may be set",
         )
         .await;
-        assert_rejected(
+        // mTLS with a CA Secret (the way to tell the workers about a private CA) is accepted.
+        let with_ca = create(
             &conns,
-            &format!("{kind} with mTLS and a separate CA Secret"),
             set(
                 set(
-                    minimal_connection(kind, &name),
+                    minimal_connection(kind, &format!("{name}-ca")),
                     "spec/mutualTLSSecretRef",
                     json!({"name": "m"}),
                 ),
                 "spec/tls/caCertSecretRef",
-                json!({"name": "ca"}),
+                json!({"name": "m"}),
             ),
-            "tls.caCertSecretRef cannot be combined with mutualTLSSecretRef",
         )
-        .await;
+        .await?;
+        conns
+            .delete(&with_ca.name_any(), &Default::default())
+            .await?;
         assert_rejected(
             &conns,
             &format!("{kind} with a hostPort without port"),

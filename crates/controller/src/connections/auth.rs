@@ -109,7 +109,11 @@ pub fn auth_from_secrets(
                     CERT_EXPIRY_MARGIN.as_secs() / 60
                 ));
             }
-            if let Some(ca) = key(secret, "ca.crt") {
+            // TWC's: a ca.crt beside the client certificate is trusted too, unless
+            // tls.caCertSecretRef names the CA (which the workers are told about).
+            if ca_pem.is_none()
+                && let Some(ca) = key(secret, "ca.crt")
+            {
                 check_certs(&ca).map_err(|e| format!("{where_} key ca.crt: {e}"))?;
                 ca_pem = Some(ca);
             }
@@ -196,4 +200,53 @@ fn rfc3339(t: SystemTime) -> String {
     k8s_openapi::jiff::Timestamp::from_second(secs)
         .map(|ts| ts.to_string())
         .unwrap_or_else(|_| format!("{secs}s after the epoch"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use twc_testenv::pki::{Ca, Usage};
+
+    fn secret(data: &[(&str, &str)]) -> Secret {
+        let data: serde_json::Map<String, serde_json::Value> = data
+            .iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+            .collect();
+        serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s"}, "type": "kubernetes.io/tls", "stringData": data
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The controller trusts what the workers are told: `tls.caCertSecretRef` when set (also
+    /// with mutual TLS), else, as TWC, the client certificate Secret's own `ca.crt`.
+    #[test]
+    fn the_ca_secret_wins_over_the_client_secrets_ca() {
+        let (client_ca, server_ca) = (
+            Ca::new("client-ca").unwrap_or_else(|e| panic!("{e}")),
+            Ca::new("server-ca").unwrap_or_else(|e| panic!("{e}")),
+        );
+        let pair = client_ca
+            .issue("tenant", &[], Usage::Client, time::Duration::days(1))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let credential = secret(&[
+            ("tls.crt", &pair.cert_pem),
+            ("tls.key", &pair.key_pem),
+            ("ca.crt", &client_ca.cert_pem),
+        ]);
+        let ca = secret(&[("ca.crt", &server_ca.cert_pem)]);
+        let mut spec: ConnectionSpec = serde_json::from_value(serde_json::json!({
+            "hostPort": "t:7233", "mutualTLSSecretRef": {"name": "cert"}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let now = SystemTime::now();
+        let auth = auth_from_secrets(&spec, "ns", Some(&credential), None, now)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(auth.ca_pem, Some(client_ca.cert_pem.clone().into_bytes()));
+        spec.tls = serde_json::from_value(serde_json::json!({"caCertSecretRef": {"name": "ca"}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        let auth = auth_from_secrets(&spec, "ns", Some(&credential), Some(&ca), now)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(auth.ca_pem, Some(server_ca.cert_pem.into_bytes()));
+    }
 }

@@ -450,6 +450,50 @@ mod tests {
         assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
     }
 
+    /// A private CA reaches the workers through `tls.caCertSecretRef`, also with mutual TLS
+    /// (it may be the client certificate's own Secret); without it the pod template stays
+    /// TWC's (see `renders_the_deployment_twc_renders`).
+    #[test]
+    fn a_ca_secret_is_passed_to_the_workers_also_with_mtls() {
+        let conn: ConnectionSpec = serde_json::from_value(json!({
+            "hostPort": "t:7233",
+            "mutualTLSSecretRef": {"name": "cert"},
+            "tls": {"caCertSecretRef": {"name": "cert"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let d = versioned_deployment(&wd(), "b", &conn);
+        let env = env_of(&d);
+        assert_eq!(
+            env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"].value.as_deref(),
+            Some("/etc/temporal/ca/ca.crt")
+        );
+        assert_eq!(env["TEMPORAL_TLS"].value.as_deref(), Some("true"));
+        let names: Vec<&str> = env.keys().map(String::as_str).collect();
+        assert_eq!(
+            names.iter().filter(|n| **n == "TEMPORAL_TLS").count(),
+            1,
+            "{names:?}"
+        );
+        let pod = d
+            .spec
+            .as_ref()
+            .and_then(|s| s.template.spec.clone())
+            .unwrap_or_default();
+        let volumes: Vec<(String, Option<String>)> = pod
+            .volumes
+            .unwrap_or_default()
+            .into_iter()
+            .map(|v| (v.name, v.secret.and_then(|s| s.secret_name)))
+            .collect();
+        assert_eq!(
+            volumes,
+            vec![
+                ("temporal-tls".to_string(), Some("cert".to_string())),
+                ("temporal-ca".to_string(), Some("cert".to_string()))
+            ]
+        );
+    }
+
     #[test]
     fn injects_the_api_key_by_reference_only() {
         let conn = ConnectionSpec {
