@@ -639,7 +639,9 @@ async fn kubectl_explain_shows_our_descriptions() -> TestResult {
         "{kind}"
     );
     let cc = explain("clusterconnection.spec.mutualTLSSecretRef");
-    assert!(cc.contains("each WorkerDeployment's own namespace"), "{cc}");
+    // kubectl wraps lines: compare words.
+    let words = cc.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("each WorkerDeployment's own namespace"), "{cc}");
     let root = explain("clusterconnection");
     assert!(root.contains("cluster-scoped Connection"), "{root}");
     Ok(())
