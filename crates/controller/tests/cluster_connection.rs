@@ -104,6 +104,68 @@ async fn deleting_a_used_cluster_connection_waits_for_its_last_user() -> TestRes
     Ok(())
 }
 
+/// A ClusterConnection being deleted keeps serving the WorkerDeployment already using it, and
+/// takes no new one: a new reference gets `ConnectionNotFound` saying so and a Warning, and
+/// does not hold the ClusterConnection, which goes once its last real user is gone. Before,
+/// the new user was quietly Ready and kept the ClusterConnection forever (#15 bug 3).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_connection_being_deleted_takes_no_new_users() -> TestResult {
+    use k8s_openapi::api::events::v1::Event;
+    let sc = SharedConnection::new("closing").await?;
+    let [old] = sc.users(["closing-old"], "w").await;
+    sc.wait("protected", QUICK).await;
+    wait_wd(
+        &sc.client,
+        &old,
+        "w",
+        "its connection observed",
+        QUICK,
+        |wd| {
+            wd.status
+                .as_ref()
+                .is_some_and(|s| s.observed_connection_ref.is_some())
+        },
+    )
+    .await;
+    sc.api().delete(&sc.cc, &DeleteParams::default()).await?;
+
+    let new = sc.tenant("closing-new").await;
+    sc.user(&new, "w").await;
+    let wd = wait_wd(&sc.client, &new, "w", "ConnectionNotFound", QUICK, |wd| {
+        condition(wd, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "ConnectionNotFound")
+    })
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(message.contains("is being deleted"), "{message}");
+    let warned = twc_testenv::wait_for("a Warning", QUICK, || {
+        let api: Api<Event> = Api::namespaced(sc.client.clone(), &new);
+        async move {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.type_.as_deref() == Some("Warning")
+                        && e.reason.as_deref() == Some("ConnectionNotFound")
+                })
+                .ok_or_else(|| "no Warning yet".to_string())
+        }
+    })
+    .await?;
+    assert!(
+        warned.note.unwrap_or_default().contains("is being deleted"),
+        "the Warning says why"
+    );
+    // The old user still holds it; once it is gone, so is the ClusterConnection.
+    assert!(has_finalizer(&sc.get().await?), "released while in use");
+    delete_wd(&sc.client, &old, "w").await;
+    wait_wd_gone(&sc.client, &old, "w", ROLLOUT).await;
+    sc.wait("gone", QUICK).await;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn migrating_from_connections_to_a_cluster_connection_releases_the_old_ones() -> TestResult {
     let sc = SharedConnection::new("migrate").await?;

@@ -81,9 +81,15 @@ where
         // Until every WorkerDeployment has been seen, "no users" is not known.
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
-    let users = index.users(key).len();
     let name = obj.name_any();
     let deleting = obj.meta().deletion_timestamp.is_some();
+    // A connection being deleted takes no new users: only those already working through it
+    // hold it (a new reference gets ConnectionNotFound instead, see `resolve`).
+    let users = if deleting {
+        index.established_users(key).len()
+    } else {
+        index.users(key).len()
+    };
     if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
         let adding = finalizers.len() > obj.finalizers().len();
         match writes::swap_finalizers(api, obj, finalizers).await? {

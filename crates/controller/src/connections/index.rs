@@ -62,8 +62,11 @@ pub type WdKey = (String, String);
 struct Inner {
     users: HashMap<ConnKey, BTreeSet<WdKey>>,
     uses: HashMap<WdKey, ConnKey>,
+    /// WorkerDeployments that already worked through the connection they reference (their
+    /// status says so): the only users a connection being deleted keeps.
+    established: BTreeSet<WdKey>,
     /// Per watch scope, entries collected during a (re)list, swapped in when it completes.
-    relist: HashMap<Option<String>, HashMap<WdKey, ConnKey>>,
+    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, bool)>>,
     /// Scopes whose first list has completed.
     listed: BTreeSet<Option<String>>,
     /// How many scopes must have listed before the index is ready.
@@ -94,11 +97,32 @@ fn held(wd: &WorkerDeployment) -> Option<ConnKey> {
     ConnKey::of(wd)
 }
 
+/// Whether `wd` already worked through the connection it references: its status records the
+/// same reference (a new WorkerDeployment, or one whose reference just changed, has not).
+pub fn established(wd: &WorkerDeployment) -> bool {
+    let observed = wd
+        .status
+        .as_ref()
+        .and_then(|s| s.observed_connection_ref.as_ref());
+    match (ConnKey::of(wd), observed) {
+        (Some(key), Some(o)) => o.kind == key.kind.to_string() && o.name == key.name,
+        _ => false,
+    }
+}
+
 fn key(wd: &WorkerDeployment) -> WdKey {
     (wd.namespace().unwrap_or_default(), wd.name_any())
 }
 
 impl Inner {
+    fn establish(&mut self, wd: WdKey, established: bool) {
+        if established {
+            self.established.insert(wd);
+        } else {
+            self.established.remove(&wd);
+        }
+    }
+
     fn set(&mut self, wd: WdKey, conn: Option<ConnKey>) -> Option<ConnKey> {
         let old = self.uses.remove(&wd);
         if let Some(old) = &old
@@ -152,11 +176,13 @@ impl UsageIndex {
             Event::Apply(wd) => {
                 let new = held(wd);
                 let old = inner.set(key(wd), new.clone());
+                inner.establish(key(wd), established(wd));
                 touched.extend(old);
                 touched.extend(new);
             }
             Event::Delete(wd) => {
                 touched.extend(inner.set(key(wd), None));
+                inner.establish(key(wd), false);
                 touched.extend(ConnKey::of(wd));
             }
             Event::Init => {
@@ -166,7 +192,7 @@ impl UsageIndex {
                 if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {
-                    relist.insert(key(wd), conn);
+                    relist.insert(key(wd), (conn, established(wd)));
                 }
             }
             Event::InitDone => {
@@ -176,11 +202,13 @@ impl UsageIndex {
                     inner.uses.keys().filter(|k| in_scope(k)).cloned().collect();
                 // Everything known in this scope before or after the relist may have changed.
                 for wd in stale {
-                    touched.extend(inner.set(wd, None));
+                    touched.extend(inner.set(wd.clone(), None));
+                    inner.establish(wd, false);
                 }
-                for (wd, conn) in fresh {
+                for (wd, (conn, established)) in fresh {
                     touched.push(conn.clone());
-                    inner.set(wd, Some(conn));
+                    inner.set(wd.clone(), Some(conn));
+                    inner.establish(wd, established);
                 }
                 inner.listed.insert(scope);
             }
@@ -207,6 +235,25 @@ impl UsageIndex {
                 i.users
                     .get(conn)
                     .map(|s| s.iter().cloned().collect())
+                    .unwrap_or_default()
+            })
+            .unwrap_or_default()
+    }
+
+    /// The WorkerDeployments using `conn` that already worked through it: the users a
+    /// connection being deleted keeps (it takes no new ones).
+    pub fn established_users(&self, conn: &ConnKey) -> Vec<WdKey> {
+        self.inner
+            .read()
+            .map(|i| {
+                i.users
+                    .get(conn)
+                    .map(|s| {
+                        s.iter()
+                            .filter(|wd| i.established.contains(*wd))
+                            .cloned()
+                            .collect()
+                    })
                     .unwrap_or_default()
             })
             .unwrap_or_default()
@@ -255,6 +302,41 @@ mod tests {
                 name: n.into(),
             }),
         }
+    }
+
+    /// Only a WorkerDeployment whose status records the reference it has now is an
+    /// established user (what a connection being deleted keeps).
+    #[test]
+    fn established_users_are_those_that_worked_through_the_connection() {
+        let index = UsageIndex::default();
+        index.apply(&Event::Init);
+        let mut old = wd("a", "old", cluster("shared"));
+        old.status = Some(twc_api::WorkerDeploymentStatus {
+            observed_connection_ref: Some(twc_api::ObservedConnectionRef {
+                kind: "ClusterConnection".into(),
+                name: "shared".into(),
+            }),
+            ..Default::default()
+        });
+        index.apply(&Event::InitApply(old.clone()));
+        index.apply(&Event::InitApply(wd("b", "new", cluster("shared"))));
+        index.apply(&Event::InitDone);
+        let shared = ConnKey::cluster("shared");
+        assert_eq!(index.users(&shared).len(), 2);
+        assert_eq!(
+            index.established_users(&shared),
+            vec![("a".to_string(), "old".to_string())]
+        );
+        // Its reference moves elsewhere: not established there until its status says so.
+        let mut moved = old;
+        moved.spec.worker_options.connection_ref = by_name("local");
+        index.apply(&Event::Apply(moved));
+        assert!(index.established_users(&shared).is_empty());
+        assert!(
+            index
+                .established_users(&ConnKey::connection("a", "local"))
+                .is_empty()
+        );
     }
 
     #[test]

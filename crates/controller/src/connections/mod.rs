@@ -44,11 +44,11 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             "spec.workerOptions.connectionRef: set either name, or objectRef with kind Connection or ClusterConnection".into(),
         )
     })?;
-    let spec = match key.kind {
+    let (spec, deleting) = match key.kind {
         ConnectionKind::Connection => stores
             .connections
             .get(&ns, &key.name)
-            .map(|c| c.spec.clone())
+            .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.is_some()))
             .ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
                     "Connection {ns}/{} not found (connectionRef of WorkerDeployment {ns}/{})",
@@ -65,7 +65,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             })?;
             store
                 .get(&ObjectRef::new(&key.name))
-                .map(|c| c.spec.clone())
+                .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.is_some()))
                 .ok_or_else(|| {
                     Error::ConnectionNotFound(format!(
                         "ClusterConnection {} not found (connectionRef of WorkerDeployment {ns}/{})",
@@ -75,6 +75,13 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
                 })?
         }
     };
+    // A connection being deleted serves the WorkerDeployments already using it until they
+    // let go, and takes no new ones (or it would never go away).
+    if deleting && !index::established(wd) {
+        return Err(Error::ConnectionNotFound(format!(
+            "{key} is being deleted and takes no new users (it stays only while the WorkerDeployments already using it need it); reference another connection"
+        )));
+    }
     Ok(Resolved { key, spec })
 }
 
