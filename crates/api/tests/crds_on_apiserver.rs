@@ -641,7 +641,10 @@ async fn kubectl_explain_shows_our_descriptions() -> TestResult {
     let cc = explain("clusterconnection.spec.mutualTLSSecretRef");
     // kubectl wraps lines: compare words.
     let words = cc.split_whitespace().collect::<Vec<_>>().join(" ");
-    assert!(words.contains("each WorkerDeployment's own namespace"), "{cc}");
+    assert!(
+        words.contains("each WorkerDeployment's own namespace"),
+        "{cc}"
+    );
     let root = explain("clusterconnection");
     assert!(root.contains("cluster-scoped Connection"), "{root}");
     Ok(())
@@ -681,7 +684,6 @@ async fn cluster_connection_round_trips_through_the_typed_api() -> TestResult {
 #[tokio::test]
 async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> TestResult {
     use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
-    use kube::api::{Patch, PatchParams};
     let (env, admin) = setup().await?;
     apply_admission_policies(&admin).await?;
     let ns = env.namespace("wrt-authz").await?;
