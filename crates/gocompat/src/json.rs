@@ -371,7 +371,7 @@ fn encode(v: &Go, out: &mut String) {
             out.push_str(&t.rfc3339_utc());
             out.push('"');
         }
-        Go::FieldsV1(Some(raw)) => write_value(raw, out),
+        Go::FieldsV1(Some(raw)) => write_any(raw, out),
         Go::Struct(def, values) => {
             out.push('{');
             let mut first = true;
@@ -415,8 +415,10 @@ fn encode(v: &Go, out: &mut String) {
     }
 }
 
-/// Any JSON value, compact, with Go's string escaping (used for raw `FieldsV1`).
-fn write_value(v: &Value, out: &mut String) {
+/// Any JSON value as Go's `json.Marshal` writes it decoded into `interface{}`: compact, object
+/// keys sorted (Go sorts map keys), Go's string escaping. Used for raw `FieldsV1`, and for
+/// hashing unstructured objects as TWC does.
+pub fn write_any(v: &Value, out: &mut String) {
     match v {
         Value::String(s) => write_string(s, out),
         Value::Array(items) => {
@@ -425,19 +427,23 @@ fn write_value(v: &Value, out: &mut String) {
                 if i > 0 {
                     out.push(',');
                 }
-                write_value(item, out);
+                write_any(item, out);
             }
             out.push(']');
         }
         Value::Object(obj) => {
+            let mut keys: Vec<&String> = obj.keys().collect();
+            keys.sort();
             out.push('{');
-            for (i, (k, item)) in obj.iter().enumerate() {
+            for (i, k) in keys.into_iter().enumerate() {
                 if i > 0 {
                     out.push(',');
                 }
                 write_string(k, out);
                 out.push(':');
-                write_value(item, out);
+                if let Some(item) = obj.get(k) {
+                    write_any(item, out);
+                }
             }
             out.push('}');
         }

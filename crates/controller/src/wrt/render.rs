@@ -70,41 +70,8 @@ pub fn resource_name(wd: &str, wrt: &str, build_id: &str) -> String {
 /// takeover does not re-apply what TWC applied.
 pub fn rendered_hash(object: &Value) -> String {
     let mut json = String::new();
-    write_sorted(object, &mut json);
+    twc_gocompat::json::write_any(object, &mut json);
     hex(&Sha256::digest(json.as_bytes()))[..HASH_LEN].to_string()
-}
-
-fn write_sorted(v: &Value, out: &mut String) {
-    match v {
-        Value::Object(map) => {
-            let mut keys: Vec<&String> = map.keys().collect();
-            keys.sort();
-            out.push('{');
-            for (i, k) in keys.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                twc_gocompat::json::write_string(k, out);
-                out.push(':');
-                if let Some(child) = map.get(k) {
-                    write_sorted(child, out);
-                }
-            }
-            out.push('}');
-        }
-        Value::Array(items) => {
-            out.push('[');
-            for (i, item) in items.iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_sorted(item, out);
-            }
-            out.push(']');
-        }
-        Value::String(s) => twc_gocompat::json::write_string(s, out),
-        other => out.push_str(&other.to_string()),
-    }
 }
 
 /// What a render needs besides the template and the build.
