@@ -173,7 +173,8 @@ impl Scenario {
         )
     }
 
-    fn variant(&self, image: &str, replicas: i32) -> WorkerDeployment {
+    /// The WorkerDeployment as created, with `image` and `replicas`.
+    pub fn variant(&self, image: &str, replicas: i32) -> WorkerDeployment {
         let mut wd = self.created().clone();
         wd.spec.replicas = Some(replicas);
         if let Some(c) = wd

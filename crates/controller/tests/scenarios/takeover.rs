@@ -34,18 +34,7 @@ const PINNED_SECONDS: u64 = 25;
 /// The Deployment TWC would have created for the template with `image`: created, not applied,
 /// by TWC's field manager; running real workers. Returns its build ID.
 async fn twc_version(s: &Scenario, image: &str) -> String {
-    let mut wd =
-        s.wd.clone()
-            .unwrap_or_else(|| panic!("create the WorkerDeployment first"));
-    if let Some(c) = wd
-        .spec
-        .template
-        .spec
-        .as_mut()
-        .and_then(|p| p.containers.first_mut())
-    {
-        c.image = Some(image.to_string());
-    }
+    let wd = s.variant(image, 1);
     let build = build_id::build_id(&wd.spec.template, None);
     let conn: ConnectionSpec = from_json(s.connection_spec());
     let mut d = deployment::versioned_deployment(&wd, &build, &conn);
