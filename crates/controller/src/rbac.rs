@@ -12,8 +12,12 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Name of the generated roles.
 pub const NAME: &str = "temporal-worker-controller";
-/// Name of the ClusterRole with the cluster-scoped rules.
+/// Name of the ClusterRole with the cluster-scoped rules of a cluster-wide install.
 pub const CLUSTER_SCOPED_NAME: &str = "temporal-worker-controller-cluster-scoped";
+/// Name of the ClusterRole with the few cluster-scoped rules of a namespace-scoped install:
+/// another name than [`CLUSTER_SCOPED_NAME`], so applying one mode's RBAC after the other's
+/// never strips the ClusterConnection rules of a cluster-wide install.
+pub const NAMESPACE_SCOPED_NAME: &str = "temporal-worker-controller-namespace-scoped";
 
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
@@ -186,7 +190,7 @@ pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
             rules: Some(namespaced_rules()),
         },
         ClusterRole {
-            metadata: meta(CLUSTER_SCOPED_NAME),
+            metadata: meta(NAMESPACE_SCOPED_NAME),
             rules: Some(always_cluster_rules()),
             ..Default::default()
         },
@@ -202,6 +206,13 @@ mod tests {
             .iter()
             .flat_map(|r| r.resources.clone().unwrap_or_default())
             .collect()
+    }
+
+    #[test]
+    fn the_two_modes_never_write_the_same_cluster_role() {
+        let (_, cluster) = cluster_wide();
+        let (_, namespaced) = namespace_scoped(Some("a"));
+        assert_ne!(cluster.metadata.name, namespaced.metadata.name);
     }
 
     #[test]
