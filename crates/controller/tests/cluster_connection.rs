@@ -428,6 +428,51 @@ async fn bad_secrets_are_reported_precisely_and_fixing_them_recovers() -> TestRe
     Ok(())
 }
 
+/// TLS spoken to the plaintext dev server, and plaintext spoken to the TLS proxy: each is
+/// `TemporalClientCreationFailed` with a message saying what is probably wrong, not only the
+/// transport's error (#15 bug 5).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tls_mismatch_says_what_is_probably_wrong() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.env.namespace("mismatch").await?;
+    for (name, spec, says) in [
+        (
+            "tls-to-plaintext",
+            json!({"hostPort": w.env.temporal.address, "tls": {"serverName": "temporal.test"}}),
+            "probably a plaintext endpoint",
+        ),
+        (
+            "plaintext-to-tls",
+            json!({"hostPort": w.mtls_address}),
+            "probably expects TLS",
+        ),
+    ] {
+        let c: Connection = from_json(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
+            "metadata": {"name": name}, "spec": spec
+        }));
+        Api::<Connection>::namespaced(client.clone(), &ns)
+            .create(&Default::default(), &c)
+            .await?;
+        w.worker_deployment(&ns, name, by_name(name), "v1").await;
+        let wd = wait_wd(
+            &client,
+            &ns,
+            name,
+            "TemporalClientCreationFailed",
+            QUICK,
+            |wd| {
+                condition(wd, "Ready").is_some_and(|(_, r, _)| r == "TemporalClientCreationFailed")
+            },
+        )
+        .await;
+        let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+        assert!(message.contains(says), "{name}: {message}");
+    }
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event() -> TestResult {
     use k8s_openapi::api::events::v1::Event;

@@ -242,7 +242,62 @@ async fn dial(key: &PoolKey, auth: &Auth, identity: &str) -> Result<Connection, 
             .build(),
     )
     .await
-    .map_err(|e| format!("cannot connect to Temporal at {}: {e}", key.host_port))
+    .map_err(|e| {
+        let e = format!("{e:#}");
+        match mismatch_hint(use_tls, &e) {
+            Some(hint) => format!(
+                "cannot connect to Temporal at {}: {hint} ({e})",
+                key.host_port
+            ),
+            None => format!("cannot connect to Temporal at {}: {e}", key.host_port),
+        }
+    })
+}
+
+/// What a dial error probably means, when it is the classic mistake of speaking TLS to a
+/// plaintext endpoint or plaintext to a TLS one, or of not trusting the server's CA.
+fn mismatch_hint(use_tls: bool, error: &str) -> Option<&'static str> {
+    let e = error.to_ascii_lowercase();
+    let any = |needles: &[&str]| needles.iter().any(|n| e.contains(n));
+    if use_tls
+        && any(&[
+            "unknownissuer",
+            "unknown issuer",
+            "invalid peer certificate",
+        ])
+    {
+        return Some(
+            "the server's certificate is not signed by a CA the controller trusts; name a Secret with its CA (key ca.crt) in tls.caCertSecretRef",
+        );
+    }
+    if use_tls
+        && any(&[
+            "invalidcontenttype",
+            "corrupt message",
+            "wrong version number",
+            "invalid message",
+        ])
+    {
+        return Some(
+            "the server did not answer the TLS handshake, so it is probably a plaintext endpoint: remove tls and the credentials from the connection, or point hostPort at the server's TLS port",
+        );
+    }
+    if !use_tls
+        && any(&[
+            "connection reset",
+            "broken pipe",
+            "unexpected eof",
+            "connection closed",
+            "frame with invalid size",
+            "http2 error",
+            "h2 protocol error",
+        ])
+    {
+        return Some(
+            "the server closed a plaintext connection, so it probably expects TLS: set tls (for example tls: {serverName: ...}) or the credentials it requires",
+        );
+    }
+    None
 }
 
 #[cfg(test)]
@@ -278,6 +333,20 @@ mod tests {
         assert!(!same_client_older_secret(&a, &b));
         let newer = PoolKey::new(&api_key_spec("team-a"), "default", version("2"));
         assert!(same_client_older_secret(&a, &newer));
+    }
+
+    /// The errors seen on the real servers (TLS to the plaintext dev server, plaintext to the
+    /// TLS proxy) get their hint; other errors none.
+    #[test]
+    fn tls_mismatches_are_named() {
+        let tls_to_plain = "Server connection error: tonic::transport::Error(Transport, ConnectError(Custom { kind: InvalidData, error: InvalidMessage(InvalidContentType) }))";
+        let plain_to_tls = r#"get_system_info call error after connection: Status { code: Internal, message: "h2 protocol error: http2 error" }"#;
+        let refused = "tcp connect error: Connection refused (os error 111)";
+        assert!(mismatch_hint(true, tls_to_plain).is_some_and(|h| h.contains("plaintext")));
+        assert!(mismatch_hint(false, plain_to_tls).is_some_and(|h| h.contains("expects TLS")));
+        assert_eq!(mismatch_hint(true, refused), None);
+        assert_eq!(mismatch_hint(false, refused), None);
+        assert_eq!(mismatch_hint(false, tls_to_plain), None);
     }
 
     #[tokio::test]
