@@ -51,7 +51,10 @@ async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestRe
     })
     .await;
     let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
-    assert!(message.contains("namespace-scoped"), "{message}");
+    assert!(
+        message.contains("not allowed to list, watch and patch ClusterConnections"),
+        "the real cause: {message}"
+    );
     // Not watched: the ClusterConnection is left alone.
     tokio::time::sleep(Duration::from_secs(3)).await;
     wait_cluster_connection(&admin, &cc, "unprotected", QUICK).await;

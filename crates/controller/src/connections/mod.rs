@@ -59,7 +59,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
         ConnectionKind::ClusterConnection => {
             let store = stores.cluster_connections.as_ref().ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
-                    "ClusterConnection {} cannot be used: this controller is namespace-scoped and not allowed to read ClusterConnections; reference a Connection in namespace {ns} instead",
+                    "ClusterConnection {} cannot be used: the controller was not allowed to list, watch and patch ClusterConnections when it started (its RBAC: the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster); grant them and restart the controller, or reference a Connection in namespace {ns}",
                     key.name
                 ))
             })?;
