@@ -1,7 +1,7 @@
 //! The RBAC the controller needs, listing exactly the verbs it uses. `twc rbac` prints it and
 //! `hack/generate.sh` writes `config/rbac/` (checked for drift in CI).
 //!
-//! * Cluster-scoped kinds (ClusterConnections, SelfSubjectAccessReviews, the kube-system
+//! * Cluster-scoped kinds (ClusterConnections, SelfSubjectAccessReviews, the controller's own
 //!   Namespace read for the default identity) are always in a ClusterRole, never a Role.
 //! * Namespaced kinds are in a ClusterRole for a cluster-wide install, and in a Role bound in
 //!   each watched namespace for a namespace-scoped install (`--watch-namespaces`), which then
