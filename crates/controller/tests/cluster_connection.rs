@@ -128,6 +128,8 @@ async fn a_cluster_connection_being_deleted_takes_no_new_users() -> TestResult {
     )
     .await;
     sc.api().delete(&sc.cc, &DeleteParams::default()).await?;
+    // Timestamps are whole seconds: a WorkerDeployment of the deletion's second still counts.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
 
     let new = sc.tenant("closing-new").await;
     sc.user(&new, "w").await;

@@ -85,10 +85,9 @@ where
     let deleting = obj.meta().deletion_timestamp.is_some();
     // A connection being deleted takes no new users: only those already working through it
     // hold it (a new reference gets ConnectionNotFound instead, see `resolve`).
-    let users = if deleting {
-        index.established_users(key).len()
-    } else {
-        index.users(key).len()
+    let users = match &obj.meta().deletion_timestamp {
+        Some(deleted_at) => index.users_kept(key, deleted_at).len(),
+        None => index.users(key).len(),
     };
     if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
         let adding = finalizers.len() > obj.finalizers().len();

@@ -6,6 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, RwLock};
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 use twc_api::{ConnectionKind, FINALIZER, WorkerDeployment};
@@ -62,11 +63,10 @@ pub type WdKey = (String, String);
 struct Inner {
     users: HashMap<ConnKey, BTreeSet<WdKey>>,
     uses: HashMap<WdKey, ConnKey>,
-    /// WorkerDeployments that already worked through the connection they reference (their
-    /// status says so): the only users a connection being deleted keeps.
-    established: BTreeSet<WdKey>,
+    /// How each user stands towards the connection it references (see [`Standing`]).
+    standing: HashMap<WdKey, Standing>,
     /// Per watch scope, entries collected during a (re)list, swapped in when it completes.
-    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, bool)>>,
+    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, Standing)>>,
     /// Scopes whose first list has completed.
     listed: BTreeSet<Option<String>>,
     /// How many scopes must have listed before the index is ready.
@@ -97,16 +97,44 @@ fn held(wd: &WorkerDeployment) -> Option<ConnKey> {
     ConnKey::of(wd)
 }
 
-/// Whether `wd` already worked through the connection it references: its status records the
-/// same reference (a new WorkerDeployment, or one whose reference just changed, has not).
-pub fn established(wd: &WorkerDeployment) -> bool {
-    let observed = wd
-        .status
-        .as_ref()
-        .and_then(|s| s.observed_connection_ref.as_ref());
-    match (ConnKey::of(wd), observed) {
-        (Some(key), Some(o)) => o.kind == key.kind.to_string() && o.name == key.name,
-        _ => false,
+/// How a WorkerDeployment stands towards the connection it references, which decides whether a
+/// connection being deleted still serves it (it takes no new users, or it would never go).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// Its status records this very reference: it works through the connection.
+    Established,
+    /// It was never reconciled through any connection; created then.
+    Unreconciled(Option<Time>),
+    /// Its status records another reference: the reference moved here since.
+    Moved,
+}
+
+impl Standing {
+    pub fn of(wd: &WorkerDeployment) -> Self {
+        let observed = wd
+            .status
+            .as_ref()
+            .and_then(|s| s.observed_connection_ref.as_ref());
+        match (ConnKey::of(wd), observed) {
+            (Some(key), Some(o)) if o.kind == key.kind.to_string() && o.name == key.name => {
+                Standing::Established
+            }
+            (_, Some(_)) => Standing::Moved,
+            (_, None) => Standing::Unreconciled(wd.metadata.creation_timestamp.clone()),
+        }
+    }
+
+    /// Whether a connection whose deletion began at `deleted_at` still serves this user: it
+    /// works through it, or it was created before the deletion began (it was a user waiting
+    /// for its first reconcile). A WorkerDeployment created since, or one whose reference
+    /// moved here, is a new user and is refused.
+    pub fn kept_by(&self, deleted_at: &Time) -> bool {
+        match self {
+            Standing::Established => true,
+            // Both times are whole seconds: one of the same second is kept (never lose a user).
+            Standing::Unreconciled(created) => created.as_ref().is_some_and(|c| c <= deleted_at),
+            Standing::Moved => false,
+        }
     }
 }
 
@@ -115,12 +143,11 @@ fn key(wd: &WorkerDeployment) -> WdKey {
 }
 
 impl Inner {
-    fn establish(&mut self, wd: WdKey, established: bool) {
-        if established {
-            self.established.insert(wd);
-        } else {
-            self.established.remove(&wd);
-        }
+    fn stand(&mut self, wd: WdKey, standing: Option<Standing>) {
+        match standing {
+            Some(s) => self.standing.insert(wd, s),
+            None => self.standing.remove(&wd),
+        };
     }
 
     fn set(&mut self, wd: WdKey, conn: Option<ConnKey>) -> Option<ConnKey> {
@@ -176,13 +203,13 @@ impl UsageIndex {
             Event::Apply(wd) => {
                 let new = held(wd);
                 let old = inner.set(key(wd), new.clone());
-                inner.establish(key(wd), established(wd));
+                inner.stand(key(wd), Some(Standing::of(wd)));
                 touched.extend(old);
                 touched.extend(new);
             }
             Event::Delete(wd) => {
                 touched.extend(inner.set(key(wd), None));
-                inner.establish(key(wd), false);
+                inner.stand(key(wd), None);
                 touched.extend(ConnKey::of(wd));
             }
             Event::Init => {
@@ -192,7 +219,7 @@ impl UsageIndex {
                 if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {
-                    relist.insert(key(wd), (conn, established(wd)));
+                    relist.insert(key(wd), (conn, Standing::of(wd)));
                 }
             }
             Event::InitDone => {
@@ -203,12 +230,12 @@ impl UsageIndex {
                 // Everything known in this scope before or after the relist may have changed.
                 for wd in stale {
                     touched.extend(inner.set(wd.clone(), None));
-                    inner.establish(wd, false);
+                    inner.stand(wd, None);
                 }
-                for (wd, (conn, established)) in fresh {
+                for (wd, (conn, standing)) in fresh {
                     touched.push(conn.clone());
                     inner.set(wd.clone(), Some(conn));
-                    inner.establish(wd, established);
+                    inner.stand(wd, Some(standing));
                 }
                 inner.listed.insert(scope);
             }
@@ -240,9 +267,9 @@ impl UsageIndex {
             .unwrap_or_default()
     }
 
-    /// The WorkerDeployments using `conn` that already worked through it: the users a
-    /// connection being deleted keeps (it takes no new ones).
-    pub fn established_users(&self, conn: &ConnKey) -> Vec<WdKey> {
+    /// The users of `conn`, being deleted since `deleted_at`, that it still serves (see
+    /// [`Standing::kept_by`]).
+    pub fn users_kept(&self, conn: &ConnKey, deleted_at: &Time) -> Vec<WdKey> {
         self.inner
             .read()
             .map(|i| {
@@ -250,7 +277,9 @@ impl UsageIndex {
                     .get(conn)
                     .map(|s| {
                         s.iter()
-                            .filter(|wd| i.established.contains(*wd))
+                            .filter(|wd| {
+                                i.standing.get(*wd).is_some_and(|st| st.kept_by(deleted_at))
+                            })
                             .cloned()
                             .collect()
                     })
@@ -304,39 +333,47 @@ mod tests {
         }
     }
 
-    /// Only a WorkerDeployment whose status records the reference it has now is an
-    /// established user (what a connection being deleted keeps).
+    fn at(rfc3339: &str) -> Time {
+        serde_json::from_value(serde_json::json!(rfc3339)).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A connection being deleted keeps the users that work through it and those created
+    /// before its deletion began (waiting for their first reconcile); not one created since,
+    /// nor one whose reference moved to it.
     #[test]
-    fn established_users_are_those_that_worked_through_the_connection() {
+    fn a_connection_being_deleted_keeps_only_the_users_it_had() {
         let index = UsageIndex::default();
         index.apply(&Event::Init);
-        let mut old = wd("a", "old", cluster("shared"));
-        old.status = Some(twc_api::WorkerDeploymentStatus {
-            observed_connection_ref: Some(twc_api::ObservedConnectionRef {
-                kind: "ClusterConnection".into(),
-                name: "shared".into(),
-            }),
-            ..Default::default()
-        });
-        index.apply(&Event::InitApply(old.clone()));
-        index.apply(&Event::InitApply(wd("b", "new", cluster("shared"))));
+        let observed = |kind: &str, name: &str| {
+            Some(twc_api::WorkerDeploymentStatus {
+                observed_connection_ref: Some(twc_api::ObservedConnectionRef {
+                    kind: kind.into(),
+                    name: name.into(),
+                }),
+                ..Default::default()
+            })
+        };
+        let mut working = wd("a", "working", cluster("shared"));
+        working.status = observed("ClusterConnection", "shared");
+        let mut waiting = wd("b", "waiting", cluster("shared"));
+        waiting.metadata.creation_timestamp = Some(at("2026-12-01T08:00:00Z"));
+        let mut late = wd("c", "late", cluster("shared"));
+        late.metadata.creation_timestamp = Some(at("2026-12-01T10:00:00Z"));
+        let mut moved = wd("d", "moved", cluster("shared"));
+        moved.metadata.creation_timestamp = Some(at("2026-12-01T08:00:00Z"));
+        moved.status = observed("Connection", "local");
+        for w in [working, waiting, late, moved] {
+            index.apply(&Event::InitApply(w));
+        }
         index.apply(&Event::InitDone);
         let shared = ConnKey::cluster("shared");
-        assert_eq!(index.users(&shared).len(), 2);
-        assert_eq!(
-            index.established_users(&shared),
-            vec![("a".to_string(), "old".to_string())]
-        );
-        // Its reference moves elsewhere: not established there until its status says so.
-        let mut moved = old;
-        moved.spec.worker_options.connection_ref = by_name("local");
-        index.apply(&Event::Apply(moved));
-        assert!(index.established_users(&shared).is_empty());
-        assert!(
-            index
-                .established_users(&ConnKey::connection("a", "local"))
-                .is_empty()
-        );
+        assert_eq!(index.users(&shared).len(), 4);
+        let kept: Vec<String> = index
+            .users_kept(&shared, &at("2026-12-01T09:00:00Z"))
+            .into_iter()
+            .map(|(_, n)| n)
+            .collect();
+        assert_eq!(kept, ["working", "waiting"]);
     }
 
     #[test]

@@ -48,7 +48,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
         ConnectionKind::Connection => stores
             .connections
             .get(&ns, &key.name)
-            .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.is_some()))
+            .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.clone()))
             .ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
                     "Connection {ns}/{} not found (connectionRef of WorkerDeployment {ns}/{})",
@@ -65,7 +65,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             })?;
             store
                 .get(&ObjectRef::new(&key.name))
-                .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.is_some()))
+                .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.clone()))
                 .ok_or_else(|| {
                     Error::ConnectionNotFound(format!(
                         "ClusterConnection {} not found (connectionRef of WorkerDeployment {ns}/{})",
@@ -77,7 +77,9 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
     };
     // A connection being deleted serves the WorkerDeployments already using it until they
     // let go, and takes no new ones (or it would never go away).
-    if deleting && !index::established(wd) {
+    if let Some(deleted_at) = &deleting
+        && !index::Standing::of(wd).kept_by(deleted_at)
+    {
         return Err(Error::ConnectionNotFound(format!(
             "{key} is being deleted and takes no new users (it stays only while the WorkerDeployments already using it need it); reference another connection"
         )));
