@@ -464,7 +464,8 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
         .await?;
     let spec = json!({
         "hostPort": run.tls_address,
-        "tls": {"serverName": SERVER_NAME},
+        // The proxy's CA is in the same Secret; naming it passes it to the workers too.
+        "tls": {"serverName": SERVER_NAME, "caCertSecretRef": {"name": MTLS_SECRET}},
         "mutualTLSSecretRef": {"name": MTLS_SECRET}
     });
     let cc: ClusterConnection = serde_json::from_value(json!({
@@ -497,12 +498,8 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
                 "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
                 "rollout": rollout,
                 "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
-                // The workers trust the proxy's private CA from the mounted Secret's ca.crt
-                // (the controller tells them only for tls.caCertSecretRef).
                 "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0"),
-                        "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH",
-                                 "value": "/etc/temporal/tls/ca.crt"}]}]}}
+                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0")}]}}
             }
         }))?;
         run.wds().create(&PostParams::default(), &wd).await?;
