@@ -690,12 +690,9 @@ async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> Tes
     let rule = |group: &str, resource: &str| PolicyRule {
         api_groups: Some(vec![group.into()]),
         resources: Some(vec![resource.into()]),
-        verbs: vec![
-            "create".into(),
-            "update".into(),
-            "delete".into(),
-            "get".into(),
-        ],
+        verbs: ["create", "update", "patch", "delete", "get"]
+            .map(String::from)
+            .to_vec(),
         ..Default::default()
     };
     for (user, rules) in [
@@ -792,6 +789,32 @@ async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> Tes
     api(&may, &ns, "WorkerResourceTemplate")
         .create(&PostParams::default(), &wrt("allowed"))
         .await?;
+    // An update that leaves the template as it is (as the controller's owner-reference patch)
+    // is not checked; one that changes it is.
+    use kube::api::{Patch, PatchParams};
+    refused
+        .patch(
+            "allowed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await?;
+    let changed = refused
+        .patch(
+            "allowed",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"maxReplicas": 5}}}})),
+        )
+        .await;
+    match changed {
+        Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => assert!(
+            s.message
+                .contains("may not update horizontalpodautoscalers"),
+            "{}",
+            s.message
+        ),
+        other => panic!("a template change by a user without HPA rights went through: {other:?}"),
+    }
     Ok(())
 }
 
