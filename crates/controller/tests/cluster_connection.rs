@@ -110,7 +110,6 @@ async fn deleting_a_used_cluster_connection_waits_for_its_last_user() -> TestRes
 /// the new user was quietly Ready and kept the ClusterConnection forever (#15 bug 3).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_connection_being_deleted_takes_no_new_users() -> TestResult {
-    use k8s_openapi::api::events::v1::Event;
     let sc = SharedConnection::new("closing").await?;
     let [old] = sc.users(["closing-old"], "w").await;
     sc.wait("protected", QUICK).await;
@@ -139,27 +138,15 @@ async fn a_cluster_connection_being_deleted_takes_no_new_users() -> TestResult {
     .await;
     let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
     assert!(message.contains("is being deleted"), "{message}");
-    let warned = twc_testenv::wait_for("a Warning", QUICK, || {
-        let api: Api<Event> = Api::namespaced(sc.client.clone(), &new);
-        async move {
-            let list = api
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            list.items
-                .into_iter()
-                .find(|e| {
-                    e.type_.as_deref() == Some("Warning")
-                        && e.reason.as_deref() == Some("ConnectionNotFound")
-                })
-                .ok_or_else(|| "no Warning yet".to_string())
-        }
-    })
-    .await?;
-    assert!(
-        warned.note.unwrap_or_default().contains("is being deleted"),
-        "the Warning says why"
-    );
+    let warned = wait_event(
+        &sc.client,
+        &new,
+        "ConnectionNotFound",
+        "is being deleted",
+        QUICK,
+    )
+    .await;
+    assert_eq!(warned.type_.as_deref(), Some("Warning"));
     // The old user still holds it; once it is gone, so is the ClusterConnection.
     assert!(has_finalizer(&sc.get().await?), "released while in use");
     delete_wd(&sc.client, &old, "w").await;
@@ -477,7 +464,6 @@ async fn a_tls_mismatch_says_what_is_probably_wrong() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event() -> TestResult {
-    use k8s_openapi::api::events::v1::Event;
     let w = world(true).await?;
     let client = w.client().await;
     let ns = w.env.namespace("unreachable").await?;
@@ -505,55 +491,20 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
     .await;
     let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
     assert!(message.contains("127.0.0.1:1"), "{message}");
-    let events = twc_testenv::wait_for("a Warning event", QUICK, || {
-        let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-        async move {
-            let list = api
-                .list(&Default::default())
-                .await
-                .map_err(|e| e.to_string())?;
-            let found: Vec<Event> = list
-                .items
-                .into_iter()
-                .filter(|e| e.reason.as_deref() == Some("TemporalClientCreationFailed"))
-                .collect();
-            if found.is_empty() {
-                Err("no event yet".to_string())
-            } else {
-                Ok(found)
-            }
-        }
-    })
-    .await?;
-    assert_eq!(events[0].type_.as_deref(), Some("Warning"));
+    let event = wait_event(&client, &ns, "TemporalClientCreationFailed", "", QUICK).await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
 
     // It never reached Temporal, so its deletion skips the cleanup and says so.
     delete_wd(&client, &ns, "w").await;
     wait_wd_gone(&client, &ns, "w", QUICK).await;
-    let event = |reason: &'static str, needle: &'static str| {
-        let client = client.clone();
-        let ns = ns.clone();
-        async move {
-            twc_testenv::wait_for(&format!("a {reason} event"), QUICK, || {
-                let api: Api<Event> = Api::namespaced(client.clone(), &ns);
-                async move {
-                    let list = api
-                        .list(&Default::default())
-                        .await
-                        .map_err(|e| e.to_string())?;
-                    list.items
-                        .iter()
-                        .find(|e| e.reason.as_deref() == Some(reason))
-                        .and_then(|e| e.note.clone())
-                        .filter(|n| n.contains(needle))
-                        .map(|_| ())
-                        .ok_or_else(|| format!("no {reason} event yet"))
-                }
-            })
-            .await
-        }
-    };
-    event("CleanupSkipped", "never reached Temporal").await?;
+    wait_event(
+        &client,
+        &ns,
+        "CleanupSkipped",
+        "never reached Temporal",
+        QUICK,
+    )
+    .await;
 
     // One that did reach Temporal waits for a cleanup it cannot do now, and says how to get out...
     let tls_spec = w.mtls_connection_spec();
@@ -581,7 +532,14 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
         )
         .await?;
     delete_wd(&client, &ns, "w2").await;
-    event("CleanupBlocked", "remove the finalizer").await?;
+    wait_event(
+        &client,
+        &ns,
+        "CleanupBlocked",
+        "remove the finalizer",
+        QUICK,
+    )
+    .await;
     // ...and completes once the connection is fixed.
     Api::<Connection>::namespaced(client.clone(), &ns)
         .patch(

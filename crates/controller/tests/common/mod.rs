@@ -601,3 +601,33 @@ impl std::io::Write for LogWriter {
         Ok(())
     }
 }
+
+/// Waits for an event with `reason` in `ns` whose note contains `needle`; returns it.
+pub async fn wait_event(
+    client: &Client,
+    ns: &str,
+    reason: &str,
+    needle: &str,
+    timeout: Duration,
+) -> k8s_openapi::api::events::v1::Event {
+    use k8s_openapi::api::events::v1::Event;
+    let api: Api<Event> = Api::namespaced(client.clone(), ns);
+    twc_testenv::wait_for(&format!("{ns}: a {reason} event"), timeout, || {
+        let api = api.clone();
+        async move {
+            let list = api
+                .list(&Default::default())
+                .await
+                .map_err(|e| e.to_string())?;
+            list.items
+                .into_iter()
+                .find(|e| {
+                    e.reason.as_deref() == Some(reason)
+                        && e.note.as_deref().unwrap_or_default().contains(needle)
+                })
+                .ok_or_else(|| format!("no {reason} event yet"))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"))
+}
