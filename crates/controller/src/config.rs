@@ -93,9 +93,3 @@ impl Identity {
         }
     }
 }
-
-impl From<&str> for Identity {
-    fn from(own: &str) -> Self {
-        Self::new(own)
-    }
-}

@@ -15,9 +15,9 @@ use axum::Router;
 use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
+use kube::Client;
 
 use crate::metrics_auth::{MetricsAuth, Verdict};
-use kube::Client;
 
 /// What readiness depends on.
 pub struct Health {

@@ -82,10 +82,11 @@ where
         return Ok(Action::requeue(Duration::from_millis(500)));
     }
     let name = obj.name_any();
-    let deleting = obj.meta().deletion_timestamp.is_some();
-    // A connection being deleted takes no new users: only those already working through it
-    // hold it (a new reference gets ConnectionNotFound instead, see `resolve`).
-    let users = match &obj.meta().deletion_timestamp {
+    let deleted_at = obj.meta().deletion_timestamp.as_ref();
+    let deleting = deleted_at.is_some();
+    // A connection being deleted takes no new users: only those it had hold it (a new
+    // reference gets ConnectionNotFound instead, see `resolve`).
+    let users = match deleted_at {
         Some(deleted_at) => index.users_kept(key, deleted_at).len(),
         None => index.users(key).len(),
     };

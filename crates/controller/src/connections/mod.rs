@@ -44,7 +44,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             "spec.workerOptions.connectionRef: set either name, or objectRef with kind Connection or ClusterConnection".into(),
         )
     })?;
-    let (spec, deleting) = match key.kind {
+    let (spec, deleted_at) = match key.kind {
         ConnectionKind::Connection => stores
             .connections
             .get(&ns, &key.name)
@@ -77,7 +77,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
     };
     // A connection being deleted serves the WorkerDeployments already using it until they
     // let go, and takes no new ones (or it would never go away).
-    if let Some(deleted_at) = &deleting
+    if let Some(deleted_at) = &deleted_at
         && !index::Standing::of(wd).kept_by(deleted_at)
     {
         return Err(Error::ConnectionNotFound(format!(

@@ -123,7 +123,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             }
             None => tracing::warn!(
                 build,
-                "the Deployment of buildID {build} does not record what was injected; it keeps its previous connection"
+                "the Deployment of buildID {build} has no spec; it keeps its previous connection"
             ),
         }
     }
