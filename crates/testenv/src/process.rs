@@ -6,6 +6,14 @@
 //! the test binary whatever ends it (normal exit, panic, Ctrl-C, SIGKILL), with no unsafe code.
 //! Each child also gets its own process group, so [`ChildProcess::kill`] reaches anything it
 //! forked.
+//!
+//! A group is signalled only while its leader is not yet reaped: until then the leader (alive
+//! or a zombie) holds its pid, so the group id cannot name anyone else. Once reaped, the pid is
+//! free, and with `pid_max` at 32768 and thousands of threads coming and going in a test run,
+//! it soon belongs to another process: a late `killpg` once SIGKILLed a Temporal dev server
+//! started later in the same run. So the exit is first seen without reaping (`waitid` with
+//! `WNOWAIT`), what is left of the group is killed, and only then is the leader reaped; after
+//! that, [`ChildProcess::signal`] does nothing.
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
@@ -16,6 +24,7 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
+use nix::sys::wait::{Id, WaitPidFlag, WaitStatus, waitid};
 use nix::unistd::Pid;
 
 use crate::Error;
@@ -91,6 +100,10 @@ pub struct ChildProcess {
     name: String,
     log: PathBuf,
     child: Child,
+    /// The leader is reaped (or was not ours to reap): its group is never signalled again.
+    gone: bool,
+    /// Its exit status, if the reaping told.
+    reaped: Option<ExitStatus>,
     /// What was started, for [`ChildProcess::restart`].
     spec: Spec,
 }
@@ -152,6 +165,8 @@ impl ChildProcess {
             name: spec.name.clone(),
             log: spec.log.clone(),
             child,
+            gone: false,
+            reaped: None,
             spec: spec.clone(),
         })
     }
@@ -177,9 +192,30 @@ impl ChildProcess {
         self.child.id()
     }
 
-    /// `Some(status)` if the process has exited.
+    /// `Some(status)` if the process has exited. The first time it is seen exited, anything
+    /// left in its group is killed, and then the leader is reaped.
     pub fn try_wait(&mut self) -> Option<ExitStatus> {
-        self.child.try_wait().ok().flatten()
+        if self.gone {
+            return self.reaped;
+        }
+        let pid = Pid::from_raw(self.child.id() as i32);
+        let flags = WaitPidFlag::WEXITED | WaitPidFlag::WNOHANG | WaitPidFlag::WNOWAIT;
+        // Anything else: exited (a zombie now), or no longer ours to wait for.
+        if let Ok(WaitStatus::StillAlive) = waitid(Id::Pid(pid), flags) {
+            return None;
+        }
+        self.reap()
+    }
+
+    /// Kills what is left of the group while the leader (exited, or killed just now) still
+    /// holds the group's id, then reaps the leader.
+    fn reap(&mut self) -> Option<ExitStatus> {
+        if !self.gone {
+            let _ = killpg(Pid::from_raw(self.child.id() as i32), Signal::SIGKILL);
+            self.reaped = self.child.wait().ok();
+            self.gone = true;
+        }
+        self.reaped
     }
 
     /// Fails with the component name, exit status and log path if the process has exited.
@@ -195,8 +231,12 @@ impl ChildProcess {
         }
     }
 
-    /// Sends `signal` to the whole process group.
+    /// Sends `signal` to the whole process group; nothing once the leader is reaped (its pid,
+    /// and so the group id, may be someone else's by then).
     pub fn signal(&self, signal: Signal) {
+        if self.gone {
+            return;
+        }
         let pgid = Pid::from_raw(self.child.id() as i32);
         let _ = killpg(pgid, signal);
     }
@@ -209,8 +249,8 @@ impl ChildProcess {
         self.signal(Signal::SIGTERM);
         let deadline = Instant::now() + grace;
         while Instant::now() < deadline {
+            // Kills anything left in the group before reaping the leader.
             if let Some(status) = self.try_wait() {
-                self.signal(Signal::SIGKILL); // anything left in the group
                 return Some(status);
             }
             std::thread::sleep(Duration::from_millis(20));
@@ -220,18 +260,13 @@ impl ChildProcess {
 
     /// SIGKILL to the whole process group; waits for the exit.
     pub fn kill(&mut self) -> Option<ExitStatus> {
-        self.signal(Signal::SIGKILL);
-        self.child.wait().ok()
+        self.reap()
     }
 }
 
 impl Drop for ChildProcess {
     fn drop(&mut self) {
-        if self.try_wait().is_none() {
-            self.kill();
-        } else {
-            self.signal(Signal::SIGKILL);
-        }
+        self.reap();
     }
 }
 
@@ -304,17 +339,9 @@ mod tests {
         assert!(msg.contains("bad flag"), "{msg}");
     }
 
-    #[test]
-    fn dropping_a_child_kills_its_process_group() {
-        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
-        let spec = Spec::new("sleeper", "/bin/sh", dir.path().join("s.log"))
-            .args(["-c", "sleep 300 & sleep 300"]);
-        let p = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
-        let pgid = p.pid();
-        drop(p);
-        std::thread::sleep(Duration::from_millis(100));
-        // No process of that group is left.
-        let left = std::fs::read_dir("/proc")
+    /// Live (non-zombie) processes whose process group is `pgid`.
+    fn group_members(pgid: u32) -> usize {
+        std::fs::read_dir("/proc")
             .into_iter()
             .flatten()
             .flatten()
@@ -328,7 +355,52 @@ mod tests {
                     .unwrap_or_default();
                 fields.len() > 2 && fields[0] != "Z" && fields[2] == pgid.to_string()
             })
-            .count();
-        assert_eq!(left, 0, "processes of group {pgid} survived the drop");
+            .count()
+    }
+
+    #[test]
+    fn dropping_a_child_kills_its_process_group() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let spec = Spec::new("sleeper", "/bin/sh", dir.path().join("s.log"))
+            .args(["-c", "sleep 300 & sleep 300"]);
+        let p = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let pgid = p.pid();
+        drop(p);
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            group_members(pgid),
+            0,
+            "processes of group {pgid} survived the drop"
+        );
+    }
+
+    /// The leftovers of a leader that exited on its own die before the leader is reaped (the
+    /// one moment their group id is still surely theirs); afterwards the group is never
+    /// signalled again.
+    #[test]
+    fn a_leader_that_exits_takes_its_group_along_before_it_is_reaped() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let spec = Spec::new("forker", "/bin/sh", dir.path().join("f.log"))
+            .args(["-c", "sleep 300 & exit 0"]);
+        let mut p = ChildProcess::start(&spec).unwrap_or_else(|e| panic!("{e}"));
+        let pgid = p.pid();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut status = None;
+        while status.is_none() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+            status = p.try_wait();
+        }
+        assert_eq!(
+            status.and_then(|s| s.code()),
+            Some(0),
+            "the leader did not exit"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+        assert_eq!(
+            group_members(pgid),
+            0,
+            "the sleep of group {pgid} outlived its leader"
+        );
+        assert_eq!(p.try_wait(), status, "the status is remembered");
     }
 }

@@ -97,8 +97,22 @@ impl Scenario {
             .namespace(&prefix[..prefix.len().min(40)])
             .await
             .unwrap_or_else(|e| panic!("{e}"));
-        let temporal_ns = server.namespace().await.unwrap_or_else(|e| panic!("{e}"));
-        let temporal = server.connect().await.unwrap_or_else(|e| panic!("{e}"));
+        // A dev server that died says how (exit status, log tail), not just "refused".
+        let died = || {
+            server
+                .check_running()
+                .err()
+                .map(|e| format!("; {e}"))
+                .unwrap_or_default()
+        };
+        let temporal_ns = server
+            .namespace()
+            .await
+            .unwrap_or_else(|e| panic!("{e}{}", died()));
+        let temporal = server
+            .connect()
+            .await
+            .unwrap_or_else(|e| panic!("{e}{}", died()));
         let name = "worker".to_string();
         Self {
             client: w.client().await,
