@@ -35,6 +35,18 @@ pub const NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
         description = "Temporal server endpoint"
     ),
     printcolumn(
+        name = "Users",
+        type_ = "integer",
+        json_path = ".status.usedBy",
+        description = "WorkerDeployments using this connection"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status",
+        description = "Whether its users reach Temporal through it"
+    ),
+    printcolumn(
         name = "Age",
         type_ = "date",
         json_path = ".metadata.creationTimestamp",
@@ -112,7 +124,16 @@ pub struct ConnectionStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub used_by: Option<i32>,
 
-    /// Latest observations of the connection's state.
+    /// The first 20 of those WorkerDeployments, as `namespace/name` in name order (`usedBy`
+    /// counts them all).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub users: Vec<String>,
+
+    /// Latest observations of the connection's state. `Ready` is True when at least one user
+    /// reaches Temporal through it with its credentials (reason `Reachable`), False when none
+    /// does (the reason and message of the first failing user, such as
+    /// `TemporalClientCreationFailed` or `AuthSecretInvalid`), and Unknown while nobody uses
+    /// it (`NotUsed`) or no user has been reconciled through it yet (`Pending`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -72,4 +72,10 @@ pub mod conditions {
     /// Not in TWC: `Ready=False` reasons while a deletion keeps workers Temporal still needs.
     pub const WAITING_FOR_DRAINAGE: &str = "WaitingForDrainage";
     pub const ROUTED_BY_ANOTHER_MANAGER: &str = "RoutedByAnotherManager";
+
+    /// Not in TWC: `Ready` reasons of a Connection or ClusterConnection (False carries the
+    /// failing user's own reason).
+    pub const CONNECTION_REACHABLE: &str = "Reachable";
+    pub const CONNECTION_NOT_USED: &str = "NotUsed";
+    pub const CONNECTION_PENDING: &str = "Pending";
 }

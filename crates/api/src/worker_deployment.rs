@@ -27,6 +27,8 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Target", type_ = "string", json_path = ".status.targetVersion.buildID", description = "Target build ID"),
     printcolumn(name = "Ramp %", type_ = "number", json_path = ".status.targetVersion.rampPercentage", description = "Ramp percentage"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status", description = "Whether the target version is current"),
+    printcolumn(name = "Connection", type_ = "string", json_path = ".spec.workerOptions.connectionRef..name", description = "The Connection or ClusterConnection it uses"),
+    printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].reason", description = "Why it is (not) ready"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Age"),
     validation = Rule::new("size(self.metadata.name) <= 63").message("name cannot be more than 63 characters")
 )]

@@ -11,6 +11,7 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use twc_api::{Connection, WorkerDeployment};
+use twc_testenv::wait_for;
 
 const ROLLOUT: Duration = Duration::from_secs(90);
 const QUICK: Duration = Duration::from_secs(30);
@@ -48,8 +49,58 @@ async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> T
         assert_eq!(status.observed_generation, wd.metadata.generation);
     }
     sc.wait("protected", QUICK).await;
-    let stored = sc.get().await?;
-    assert_eq!(stored.status.and_then(|s| s.used_by), Some(5));
+    // Its status names its users and says they reach Temporal through it.
+    let mut expected_users: Vec<String> = tenants.iter().map(|ns| format!("{ns}/orders")).collect();
+    expected_users.sort();
+    let stored = wait_for("the ClusterConnection's status", QUICK, || async {
+        let c = sc.get().await.map_err(|e| e.to_string())?;
+        let status = c.status.clone().unwrap_or_default();
+        let ready = connection_ready(Some(&status));
+        let want = Some((
+            "True".to_string(),
+            "Reachable".to_string(),
+            "5 of 5 WorkerDeployments reach Temporal through it".to_string(),
+        ));
+        if status.used_by == Some(5) && status.users == expected_users && ready == want {
+            Ok(c)
+        } else {
+            Err(format!("{status:?}"))
+        }
+    })
+    .await?;
+    // What `kubectl get clusterconnection` and `kubectl get wd -A` show.
+    let cc_table = table(&sc.client, "/apis/temporal.io/v1alpha1/clusterconnections").await;
+    let row = row_of(&cc_table, &sc.cc);
+    assert_eq!(
+        row.get("Users").map(String::as_str),
+        Some("5"),
+        "{cc_table:?}"
+    );
+    assert_eq!(
+        row.get("Ready").map(String::as_str),
+        Some("True"),
+        "{cc_table:?}"
+    );
+    assert_eq!(
+        row.get("Host"),
+        Some(&stored.spec.host_port),
+        "{cc_table:?}"
+    );
+    let wd_table = table(
+        &sc.client,
+        &format!(
+            "/apis/temporal.io/v1alpha1/namespaces/{}/workerdeployments",
+            tenants[0]
+        ),
+    )
+    .await;
+    let row = row_of(&wd_table, "orders");
+    assert_eq!(row.get("Connection"), Some(&sc.cc), "{wd_table:?}");
+    assert_eq!(
+        row.get("Reason").map(String::as_str),
+        Some("RolloutComplete"),
+        "{wd_table:?}"
+    );
 
     // One client per tenant: the pool key carries each Secret's namespace.
     let pool = sc.pool_keys();
@@ -373,6 +424,26 @@ async fn bad_secrets_are_reported_precisely_and_fixing_them_recovers() -> TestRe
         }
     };
     expect("has no key tls.key".into()).await;
+    // Its only user cannot use it: the Connection is not Ready, for that user's reason.
+    wait_for("the Connection not Ready", QUICK, || async {
+        let c = Api::<Connection>::namespaced(client.clone(), &ns)
+            .get("temporal")
+            .await
+            .map_err(|e| e.to_string())?;
+        match connection_ready(c.status.as_ref()) {
+            Some((s, r, m))
+                if s == "False"
+                    && r == "AuthSecretInvalid"
+                    && m.starts_with(&format!(
+                        "none of its 1 WorkerDeployment reaches Temporal through it; {ns}/w: AuthSecretInvalid: "
+                    )) =>
+            {
+                Ok(())
+            }
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
 
     let replace = |s: Secret| {
         let secrets = secrets.clone();
@@ -646,7 +717,7 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
             &Patch::Merge(json!({"spec": {"mutualTLSSecretRef": {"name": "temporal-mtls-2"}}})),
         )
         .await?;
-    let deployments = twc_testenv::wait_for("both versions on the new Secret", QUICK, || {
+    let deployments = wait_for("both versions on the new Secret", QUICK, || {
         let client = sc.client.clone();
         let ns = ns.clone();
         async move {

@@ -1,19 +1,21 @@
 //! The delete-protection finalizer on Connections and ClusterConnections: present exactly while
 //! at least one WorkerDeployment uses the connection, computed from the usage index every time
 //! (never remembered from events), so it converges after any sequence of changes and restarts.
+//! The connection's status (its users and `Ready`, see [`super::status`]) comes from the same
+//! index, and is written only when it changes.
 
 use std::fmt::Debug;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use kube::api::Api;
 use kube::runtime::controller::Action;
 use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use serde_json::json;
-use twc_api::{ClusterConnection, Connection, FINALIZER};
+use twc_api::{ClusterConnection, Connection, ConnectionStatus, FINALIZER};
 
 use super::index::{ConnKey, UsageIndex};
+use super::status;
 use crate::writes::{self, Swap};
 
 /// What the finalizer reconcilers need.
@@ -30,8 +32,7 @@ pub async fn reconcile_connection(
     let ns = conn.namespace().unwrap_or_default();
     let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ConnKey::connection(&ns, &conn.name_any());
-    let used_by = conn.status.as_ref().and_then(|s| s.used_by);
-    let sync = sync(&api, conn.as_ref(), &key, used_by, &ctx.index);
+    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
     crate::metrics::counted("Connection", sync, |_| "KubernetesError").await
 }
 
@@ -42,8 +43,7 @@ pub async fn reconcile_cluster_connection(
 ) -> Result<Action, kube::Error> {
     let api: Api<ClusterConnection> = Api::all(ctx.client.clone());
     let key = ConnKey::cluster(&conn.name_any());
-    let used_by = conn.status.as_ref().and_then(|s| s.used_by);
-    let sync = sync(&api, conn.as_ref(), &key, used_by, &ctx.index);
+    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
     crate::metrics::counted("ClusterConnection", sync, |_| "KubernetesError").await
 }
 
@@ -71,7 +71,7 @@ async fn sync<K>(
     api: &Api<K>,
     obj: &K,
     key: &ConnKey,
-    used_by: Option<i32>,
+    current: Option<&ConnectionStatus>,
     index: &UsageIndex,
 ) -> Result<Action, kube::Error>
 where
@@ -86,16 +86,13 @@ where
     let deleting = deleted_at.is_some();
     // A connection being deleted takes no new users: only those it had hold it (a new
     // reference gets ConnectionNotFound instead, see `resolve`).
-    let users = match deleted_at {
-        Some(deleted_at) => index.users_kept(key, deleted_at).len(),
-        None => index.users(key).len(),
-    };
-    if let Some(finalizers) = desired_finalizers(obj.finalizers(), users, deleting) {
+    let users = index.reach(key, deleted_at);
+    if let Some(finalizers) = desired_finalizers(obj.finalizers(), users.len(), deleting) {
         let adding = finalizers.len() > obj.finalizers().len();
         match writes::swap_finalizers(api, obj, finalizers).await? {
             Swap::Written(_) => tracing::info!(
                 connection = %key,
-                users,
+                users = users.len(),
                 "{} finalizer {FINALIZER}",
                 if adding { "added" } else { "removed" }
             ),
@@ -103,9 +100,13 @@ where
             Swap::Gone => return Ok(Action::await_change()),
         }
     }
-    let count = i32::try_from(users).unwrap_or(i32::MAX);
-    if used_by != Some(count) && !(deleting && users == 0) {
-        writes::apply_status(api, &name, &json!({ "usedBy": count })).await?;
+    // A connection on its way out with nobody left is not worth a status write.
+    if deleting && users.is_empty() {
+        return Ok(Action::await_change());
+    }
+    let desired = status::desired(current, &users, obj.meta().generation, SystemTime::now());
+    if current != Some(&desired) {
+        writes::apply_status(api, &name, &desired).await?;
     }
     Ok(Action::await_change())
 }

@@ -9,7 +9,7 @@ use std::sync::{Arc, RwLock};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::ResourceExt;
 use kube::runtime::watcher::Event;
-use twc_api::{ConnectionKind, FINALIZER, WorkerDeployment};
+use twc_api::{ConnectionKind, FINALIZER, WorkerDeployment, conditions};
 
 /// A connection: a Connection in a namespace, or a ClusterConnection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -63,10 +63,11 @@ pub type WdKey = (String, String);
 struct Inner {
     users: HashMap<ConnKey, BTreeSet<WdKey>>,
     uses: HashMap<WdKey, ConnKey>,
-    /// How each user stands towards the connection it references (see [`Standing`]).
-    standing: HashMap<WdKey, Standing>,
+    /// How each user stands towards the connection it references (see [`Standing`]), and how
+    /// it last fared through it (see [`Reach`]).
+    standing: HashMap<WdKey, (Standing, Reach)>,
     /// Per watch scope, entries collected during a (re)list, swapped in when it completes.
-    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, Standing)>>,
+    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, (Standing, Reach))>>,
     /// Scopes whose first list has completed.
     listed: BTreeSet<Option<String>>,
     /// How many scopes must have listed before the index is ready.
@@ -138,12 +139,58 @@ impl Standing {
     }
 }
 
+/// How a user last fared through the connection it references, read from its `Ready`
+/// condition: what its reconcile met is what the controller's credentials met for it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reach {
+    /// Not reconciled through this reference yet.
+    Pending,
+    /// Its reconcile reached Temporal through the connection (whatever the rollout's state).
+    Reached,
+    /// Its reconcile could not use the connection: the condition's reason and message.
+    Failed { reason: String, message: String },
+}
+
+/// `Ready` reasons that say a WorkerDeployment could not use its connection.
+const CONNECTION_FAILURES: &[&str] = &[
+    conditions::CONNECTION_NOT_FOUND,
+    conditions::AUTH_SECRET_INVALID,
+    conditions::TEMPORAL_CLIENT_CREATION_FAILED,
+    conditions::TEMPORAL_STATE_FETCH_FAILED,
+];
+
+impl Reach {
+    pub fn of(wd: &WorkerDeployment, standing: &Standing) -> Self {
+        if *standing != Standing::Established {
+            return Reach::Pending;
+        }
+        let ready = wd
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY));
+        match ready {
+            None => Reach::Pending,
+            Some(c) if CONNECTION_FAILURES.contains(&c.reason.as_str()) => Reach::Failed {
+                reason: c.reason.clone(),
+                message: c.message.clone(),
+            },
+            Some(_) => Reach::Reached,
+        }
+    }
+}
+
+fn user(wd: &WorkerDeployment) -> (Standing, Reach) {
+    let standing = Standing::of(wd);
+    let reach = Reach::of(wd, &standing);
+    (standing, reach)
+}
+
 fn key(wd: &WorkerDeployment) -> WdKey {
     (wd.namespace().unwrap_or_default(), wd.name_any())
 }
 
 impl Inner {
-    fn stand(&mut self, wd: WdKey, standing: Option<Standing>) {
+    fn stand(&mut self, wd: WdKey, standing: Option<(Standing, Reach)>) {
         match standing {
             Some(s) => self.standing.insert(wd, s),
             None => self.standing.remove(&wd),
@@ -203,7 +250,7 @@ impl UsageIndex {
             Event::Apply(wd) => {
                 let new = held(wd);
                 let old = inner.set(key(wd), new.clone());
-                inner.stand(key(wd), Some(Standing::of(wd)));
+                inner.stand(key(wd), Some(user(wd)));
                 touched.extend(old);
                 touched.extend(new);
             }
@@ -219,7 +266,7 @@ impl UsageIndex {
                 if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {
-                    relist.insert(key(wd), (conn, Standing::of(wd)));
+                    relist.insert(key(wd), (conn, user(wd)));
                 }
             }
             Event::InitDone => {
@@ -278,12 +325,35 @@ impl UsageIndex {
                     .map(|s| {
                         s.iter()
                             .filter(|wd| {
-                                i.standing.get(*wd).is_some_and(|st| st.kept_by(deleted_at))
+                                i.standing
+                                    .get(*wd)
+                                    .is_some_and(|(st, _)| st.kept_by(deleted_at))
                             })
                             .cloned()
                             .collect()
                     })
                     .unwrap_or_default()
+            })
+            .unwrap_or_default()
+    }
+
+    /// How each user of `conn` last fared through it, in name order; with `deleted_at`, only
+    /// the users a connection being deleted still serves.
+    pub fn reach(&self, conn: &ConnKey, deleted_at: Option<&Time>) -> Vec<(WdKey, Reach)> {
+        self.inner
+            .read()
+            .map(|i| {
+                let Some(users) = i.users.get(conn) else {
+                    return Vec::new();
+                };
+                users
+                    .iter()
+                    .filter_map(|wd| {
+                        let (standing, reach) = i.standing.get(wd)?;
+                        let kept = deleted_at.is_none_or(|t| standing.kept_by(t));
+                        kept.then(|| (wd.clone(), reach.clone()))
+                    })
+                    .collect()
             })
             .unwrap_or_default()
     }

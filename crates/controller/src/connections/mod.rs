@@ -5,6 +5,7 @@
 pub mod auth;
 pub mod finalizer;
 pub mod index;
+pub mod status;
 
 use std::time::SystemTime;
 

@@ -631,3 +631,68 @@ pub async fn wait_event(
     .await
     .unwrap_or_else(|e| panic!("{e}"))
 }
+
+/// What `kubectl get` shows for `path` (a list URL): the apiserver's Table, as (column names,
+/// rows of cells as text; an absent cell is "").
+pub async fn table(client: &Client, path: &str) -> (Vec<String>, Vec<Vec<String>>) {
+    let req = http::Request::get(path)
+        .header(
+            http::header::ACCEPT,
+            "application/json;as=Table;g=meta.k8s.io;v=v1",
+        )
+        .body(Vec::new())
+        .unwrap_or_else(|e| panic!("{path}: {e}"));
+    let t: Value = client
+        .request(req)
+        .await
+        .unwrap_or_else(|e| panic!("Table of {path}: {e}"));
+    let columns = t["columnDefinitions"]
+        .as_array()
+        .map(|c| {
+            c.iter()
+                .map(|c| c["name"].as_str().unwrap_or_default().to_string())
+                .collect()
+        })
+        .unwrap_or_default();
+    let text = |v: &Value| match v {
+        Value::String(s) => s.clone(),
+        Value::Null => String::new(),
+        other => other.to_string(),
+    };
+    let rows = t["rows"]
+        .as_array()
+        .map(|rows| {
+            rows.iter()
+                .map(|r| {
+                    r["cells"]
+                        .as_array()
+                        .map(|c| c.iter().map(text).collect())
+                        .unwrap_or_default()
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    (columns, rows)
+}
+
+/// The row of `name` (first cell) in a [`table`], as column name → cell.
+pub fn row_of(
+    (columns, rows): &(Vec<String>, Vec<Vec<String>>),
+    name: &str,
+) -> std::collections::BTreeMap<String, String> {
+    rows.iter()
+        .find(|r| r.first().map(String::as_str) == Some(name))
+        .map(|r| columns.iter().cloned().zip(r.iter().cloned()).collect())
+        .unwrap_or_default()
+}
+
+/// A connection's `Ready` condition as (status, reason, message).
+pub fn connection_ready(
+    status: Option<&twc_api::ConnectionStatus>,
+) -> Option<(String, String, String)> {
+    status?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+}
