@@ -1,6 +1,9 @@
 //! `Connection` (namespaced) and `ClusterConnection` (cluster-scoped): how to reach Temporal.
 //! Both share one spec type, so a ClusterConnection is exactly a Connection defined once.
 
+// Several `printcolumn(type_ = "string", ..)` entries look like duplicated attributes to clippy.
+#![allow(clippy::duplicated_attributes)]
+
 use k8s_openapi::api::core::v1::SecretKeySelector;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use std::borrow::Cow;

@@ -59,15 +59,18 @@ impl std::fmt::Display for ConnKey {
 /// A WorkerDeployment: (namespace, name).
 pub type WdKey = (String, String);
 
+/// How a user stands towards its connection, and how it last fared through it.
+type User = (Standing, Reach);
+
 #[derive(Default)]
 struct Inner {
     users: HashMap<ConnKey, BTreeSet<WdKey>>,
     uses: HashMap<WdKey, ConnKey>,
     /// How each user stands towards the connection it references (see [`Standing`]), and how
     /// it last fared through it (see [`Reach`]).
-    standing: HashMap<WdKey, (Standing, Reach)>,
+    standing: HashMap<WdKey, User>,
     /// Per watch scope, entries collected during a (re)list, swapped in when it completes.
-    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, (Standing, Reach))>>,
+    relist: HashMap<Option<String>, HashMap<WdKey, (ConnKey, User)>>,
     /// Scopes whose first list has completed.
     listed: BTreeSet<Option<String>>,
     /// How many scopes must have listed before the index is ready.
@@ -179,7 +182,7 @@ impl Reach {
     }
 }
 
-fn user(wd: &WorkerDeployment) -> (Standing, Reach) {
+fn user(wd: &WorkerDeployment) -> User {
     let standing = Standing::of(wd);
     let reach = Reach::of(wd, &standing);
     (standing, reach)
@@ -190,7 +193,7 @@ fn key(wd: &WorkerDeployment) -> WdKey {
 }
 
 impl Inner {
-    fn stand(&mut self, wd: WdKey, standing: Option<(Standing, Reach)>) {
+    fn stand(&mut self, wd: WdKey, standing: Option<User>) {
         match standing {
             Some(s) => self.standing.insert(wd, s),
             None => self.standing.remove(&wd),
