@@ -399,6 +399,7 @@ async fn run_controllers(
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
         synced,
         streaks: Default::default(),
+        cert_warned: Default::default(),
         own: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {

@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
@@ -39,6 +39,12 @@ struct RpcNameLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DialLabels {
     result: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SecretLabels {
+    namespace: String,
+    secret: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -93,6 +99,7 @@ pub struct Metrics {
     rpcs: Family<RpcLabels, Counter>,
     rpc_duration: HistogramFamily<RpcNameLabels>,
     dials: Family<DialLabels, Counter>,
+    cert_expiry: Family<SecretLabels, Gauge>,
     versions: Family<VersionLabels, Gauge>,
     ramp: Family<WorkerDeploymentLabels, Gauge<f64, AtomicU64>>,
     leader: Gauge,
@@ -117,6 +124,7 @@ impl Metrics {
             rpcs: Family::default(),
             rpc_duration: Family::new_with_constructor(seconds_histogram),
             dials: Family::default(),
+            cert_expiry: Family::default(),
             versions: Family::default(),
             ramp: Family::default(),
             leader: Gauge::default(),
@@ -157,6 +165,11 @@ impl Metrics {
             "temporal_client_dials",
             "Temporal clients dialled by the client pool, by result",
             m.dials.clone(),
+        );
+        registry.register(
+            "client_certificate_expiry_timestamp_seconds",
+            "When the mTLS client certificate of a credential Secret expires (Unix seconds), as last read to dial Temporal; alert on it minus time()",
+            m.cert_expiry.clone(),
         );
         registry.register(
             "worker_deployment_versions",
@@ -233,6 +246,19 @@ impl Metrics {
     pub fn dialed(&self, ok: bool) {
         let result = if ok { "ok" } else { "error" };
         self.dials.get_or_create(&DialLabels { result }).inc();
+    }
+
+    /// Records when the client certificate in Secret `namespace/secret` expires.
+    pub fn client_certificate(&self, namespace: &str, secret: &str, not_after: SystemTime) {
+        let secs = not_after
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+            .unwrap_or_default();
+        let labels = SecretLabels {
+            namespace: namespace.to_string(),
+            secret: secret.to_string(),
+        };
+        self.cert_expiry.get_or_create(&labels).set(secs);
     }
 
     /// Records a WorkerDeployment's versions by status and its ramp.

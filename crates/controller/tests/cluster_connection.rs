@@ -802,3 +802,53 @@ async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
     );
     Ok(())
 }
+
+/// A client certificate that expires within 14 days: the WorkerDeployment using it still rolls
+/// out, gets a `ClientCertificateExpiresSoon` Warning naming the Secret and the expiry, and the
+/// expiry is exported as a metric (#15).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_certificate_expiring_soon_is_warned_of_and_exported() -> TestResult {
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.env.namespace("certsoon").await?;
+    w.connection(&ns, "temporal").await;
+    let secret = w.mtls_secret(MTLS_SECRET, time::Duration::days(3));
+    Api::<Secret>::namespaced(client.clone(), &ns)
+        .create(&Default::default(), &secret)
+        .await?;
+    w.worker_deployment(&ns, "w", by_name("temporal"), "v1")
+        .await;
+    wait_wd(&client, &ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+    let event = wait_event(
+        &client,
+        &ns,
+        "ClientCertificateExpiresSoon",
+        &format!("Secret {ns}/{MTLS_SECRET} (key tls.crt) expires at"),
+        QUICK,
+    )
+    .await;
+    assert_eq!(event.type_.as_deref(), Some("Warning"));
+    let note = event.note.unwrap_or_default();
+    assert!(note.contains("in 2 days"), "{note}");
+
+    let series = format!(
+        "twc_client_certificate_expiry_timestamp_seconds{{namespace=\"{ns}\",secret=\"{MTLS_SECRET}\"}}"
+    );
+    let metrics = twc_controller::metrics::global().encode();
+    let expiry: f64 = metrics
+        .lines()
+        .find(|l| l.starts_with(&series))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no {series} in\n{metrics}"));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_secs_f64();
+    let left = expiry - now;
+    assert!(
+        (2.0 * 86400.0..=3.0 * 86400.0).contains(&left),
+        "expires in {left} s"
+    );
+    delete_wd(&client, &ns, "w").await;
+    Ok(())
+}

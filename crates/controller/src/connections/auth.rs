@@ -45,6 +45,14 @@ pub struct Auth {
 }
 
 impl Auth {
+    /// When the client certificate expires (mTLS only).
+    pub fn not_after(&self) -> Option<SystemTime> {
+        match &self.credentials {
+            Credentials::MutualTls { not_after, .. } => Some(*not_after),
+            _ => None,
+        }
+    }
+
     /// When the client using this auth must be re-dialled, if ever.
     pub fn redial_at(&self) -> Option<SystemTime> {
         match &self.credentials {
@@ -192,7 +200,7 @@ fn check_certs(pem: &[u8]) -> Result<SystemTime, String> {
     }
 }
 
-fn rfc3339(t: SystemTime) -> String {
+pub(crate) fn rfc3339(t: SystemTime) -> String {
     let secs = t
         .duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs() as i64)

@@ -149,6 +149,9 @@ pub async fn temporal_client(
     };
     let auth = auth::auth_from_secrets(spec, namespace, credential.as_ref(), ca.as_ref(), now)
         .map_err(Error::AuthSecretInvalid)?;
+    if let (Some(not_after), Some(secret)) = (auth.not_after(), spec.secret_name()) {
+        crate::metrics::global().client_certificate(namespace, secret, not_after);
+    }
     key.secrets = [credential.as_ref(), ca.as_ref()]
         .into_iter()
         .flatten()

@@ -59,6 +59,8 @@ impl PoolKey {
 struct Entry {
     connection: Connection,
     redial_at: Option<SystemTime>,
+    /// When its client certificate expires (mTLS).
+    not_after: Option<SystemTime>,
     /// When a reconcile last asked for it.
     used_at: SystemTime,
 }
@@ -119,6 +121,11 @@ impl ClientPool {
         }
     }
 
+    /// When the client certificate of the pooled client for `key` expires (mTLS only).
+    pub fn not_after(&self, key: &PoolKey) -> Option<SystemTime> {
+        self.entries.lock().ok()?.get(key)?.not_after
+    }
+
     /// Dials a new connection for `key` with `auth` and caches it, unless a concurrent caller
     /// just did. Older clients for the same address, namespace and Secret names (a previous
     /// Secret version) are dropped.
@@ -153,6 +160,7 @@ impl ClientPool {
                 Entry {
                     connection: connection.clone(),
                     redial_at: auth.redial_at(),
+                    not_after: auth.not_after(),
                     used_at: SystemTime::now(),
                 },
             );

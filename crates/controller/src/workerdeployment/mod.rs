@@ -66,6 +66,9 @@ pub struct Context {
     pub streaks: Mutex<HashMap<String, Streak>>,
     /// Status writes the watch cache has not shown yet.
     pub own: OwnWrites<WorkerDeployment>,
+    /// When each WorkerDeployment (`namespace/name`) was last warned of its client
+    /// certificate's expiry.
+    pub cert_warned: Mutex<HashMap<String, SystemTime>>,
 }
 
 impl Context {
@@ -102,6 +105,68 @@ impl Context {
         writes::publish(&self.recorder, wd, type_, reason, note).await;
     }
 }
+
+/// A client certificate expiring this soon gets a Warning on the WorkerDeployments using it.
+pub const CERT_WARNING_WINDOW: Duration = Duration::from_secs(14 * 24 * 3600);
+
+/// How often that Warning repeats (events expire from the apiserver after an hour).
+const CERT_WARNING_EVERY: Duration = Duration::from_secs(24 * 3600);
+
+/// Whether a WorkerDeployment whose client certificate expires at `not_after`, last warned at
+/// `last`, is due a Warning at `now`.
+pub fn certificate_warning_due(
+    not_after: SystemTime,
+    now: SystemTime,
+    last: Option<SystemTime>,
+) -> bool {
+    not_after <= now + CERT_WARNING_WINDOW && last.is_none_or(|t| now >= t + CERT_WARNING_EVERY)
+}
+
+/// The `ClientCertificateExpiresSoon` Warning, once a day while the pooled client's
+/// certificate expires within [`CERT_WARNING_WINDOW`].
+async fn warn_of_certificate_expiry(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    resolved: &connections::Resolved,
+    temporal: &observe::Temporal,
+    now: SystemTime,
+) {
+    let Some(not_after) = ctx.pool.not_after(&temporal.pool_key) else {
+        return;
+    };
+    let due = match ctx.cert_warned.lock() {
+        Ok(mut warned) => {
+            let k = key(wd);
+            let due = certificate_warning_due(not_after, now, warned.get(&k).copied());
+            if due {
+                warned.insert(k, now);
+            } else if not_after > now + CERT_WARNING_WINDOW {
+                warned.remove(&k);
+            }
+            due
+        }
+        Err(_) => false,
+    };
+    if !due {
+        return;
+    }
+    let ns = wd.namespace().unwrap_or_default();
+    let secret = resolved.spec.secret_name().unwrap_or_default();
+    let days = not_after
+        .duration_since(now)
+        .map(|d| d.as_secs() / 86400)
+        .unwrap_or_default();
+    let note = format!(
+        "the client certificate in Secret {ns}/{secret} (key tls.crt) expires at {}, in {days} day{}; renew it: this controller and the workers use it",
+        connections::auth::rfc3339(not_after),
+        if days == 1 { "" } else { "s" },
+    );
+    ctx.event(wd, EventType::Warning, CERT_EXPIRES_SOON, note)
+        .await;
+}
+
+/// The reason of that Warning.
+pub const CERT_EXPIRES_SOON: &str = "ClientCertificateExpiresSoon";
 
 fn key(wd: &WorkerDeployment) -> String {
     format!("{}/{}", wd.namespace().unwrap_or_default(), wd.name_any())
@@ -265,6 +330,7 @@ async fn pipeline(
     let resolved = connections::resolve(wd, &ctx.stores)?;
     *connection = Some(resolved.key.clone());
     let temporal = observe::temporal(wd, ctx, &resolved).await?;
+    warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
     let observed = observe::observe(wd, ctx, &temporal, now).await?;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
     let gate_input = if plan.start_gates.is_empty() {
@@ -306,4 +372,31 @@ fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
         &statuses,
         ramp,
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_expiring_certificate_is_warned_of_once_a_day() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let day = Duration::from_secs(86400);
+        // Far from expiry: nothing.
+        assert!(!certificate_warning_due(now + 15 * day, now, None));
+        // Within 14 days: at once, then not again the same day, then again the next.
+        assert!(certificate_warning_due(now + 13 * day, now, None));
+        assert!(!certificate_warning_due(
+            now + 13 * day,
+            now + day / 2,
+            Some(now)
+        ));
+        assert!(certificate_warning_due(
+            now + 13 * day,
+            now + day,
+            Some(now)
+        ));
+        // Already expired (the dial refuses it, but a pooled client may hold one): warned.
+        assert!(certificate_warning_due(now - day, now, None));
+    }
 }
