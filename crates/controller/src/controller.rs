@@ -27,6 +27,7 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
 
+use crate::access::Access;
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
 use crate::scoped::{Scoped, Synced};
@@ -80,9 +81,14 @@ pub struct Handle {
     pub index: UsageIndex,
     /// Whether ClusterConnections are watched (allowed by RBAC).
     pub cluster_connections: bool,
+    /// Watches that meet Forbidden now (RBAC changed under the running controller).
+    pub access: Access,
 }
 
 type Scope = Option<String>;
+
+/// How often permissions lost while running are asked about again.
+const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
 fn api<K>(client: &Client, scope: &Scope) -> Api<K>
 where
@@ -147,12 +153,14 @@ pub async fn prepare(
     }
     let index = UsageIndex::new(scopes.len());
     let pool = ClientPool::new(config.identity.clone());
+    let access = Access::default();
     let handle = Handle {
         pool: pool.clone(),
         index: index.clone(),
         cluster_connections: cluster_allowed,
+        access: access.clone(),
     };
-    let fut = run_controllers(client, config, scopes, index, pool, cluster_allowed);
+    let fut = run_controllers(client, config, scopes, index, pool, cluster_allowed, access);
     (handle, fut)
 }
 
@@ -332,6 +340,7 @@ async fn run_controllers(
     index: UsageIndex,
     pool: ClientPool,
     cluster_allowed: bool,
+    access: Access,
 ) {
     // Caches and trigger channels first: the trigger mappers read and feed them.
     let mut caches: Vec<ScopeCaches> = scopes.iter().cloned().map(ScopeCaches::new).collect();
@@ -352,6 +361,7 @@ async fn run_controllers(
     let stores = ConnectionStores {
         connections: scoped(&caches, |c| &c.connections),
         cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
+        access: access.clone(),
     };
     let recorder = Recorder::new(
         client.clone(),
@@ -405,10 +415,15 @@ async fn run_controllers(
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),
         index: index.clone(),
+        access: access.clone(),
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
     let discovery = crate::wrt::Discovery::default();
-    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![Box::pin(open)];
+    let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![
+        Box::pin(open),
+        // Permissions met Forbidden are asked about again until they are back.
+        Box::pin(access.clone().keep_checking(client.clone(), ACCESS_RECHECK)),
+    ];
 
     for cache in &mut caches {
         let scope = &cache.scope;
@@ -423,6 +438,10 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| access.saw("", "secrets", sc.as_deref(), item)
+        })
         .reflect(writers.secrets)
         .inspect_ok(move |ev| {
             for secret in objects(ev) {
@@ -454,6 +473,10 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| access.saw(twc_api::GROUP, "connections", sc.as_deref(), item)
+        })
         .reflect(writers.connections)
         .inspect_ok(move |ev| {
             for c in spec_changes.changed(ev) {
@@ -501,6 +524,10 @@ async fn run_controllers(
             watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| access.saw("apps", "deployments", sc.as_deref(), item)
+        })
         .reflect(writers.deployments)
         .inspect_ok(move |ev| t.deployment(ev))
         .touched_objects()
@@ -525,6 +552,10 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| access.saw(twc_api::GROUP, "workerdeployments", sc.as_deref(), item)
+        })
         .inspect_ok(move |ev| {
             for key in idx.apply_scoped(sc.as_deref(), ev) {
                 s.connection(&key);
@@ -592,6 +623,17 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| {
+                access.saw(
+                    twc_api::GROUP,
+                    "workerresourcetemplates",
+                    sc.as_deref(),
+                    item,
+                )
+            }
+        })
         .reflect(wrt_writer)
         .inspect_ok({
             // A template that scales the versions takes `replicas` over: its WorkerDeployment
@@ -624,6 +666,10 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .inspect({
+            let access = access.clone();
+            move |item| access.saw(twc_api::GROUP, "clusterconnections", None, item)
+        })
         .reflect(cc_writer)
         .inspect_ok(move |ev| {
             for c in spec_changes.changed(ev) {

@@ -4,7 +4,8 @@
 //!   Temporal, so an outage elsewhere does not restart the controller.
 //! * `/readyz`: the CRDs are served, and either this replica leads and its caches are synced,
 //!   or it stands by (a standby is ready: it is a healthy spare). A missing CRD is a readiness
-//!   state, reported with what is missing, never a crash loop.
+//!   state, reported with what is missing, never a crash loop. A leader whose watches meet
+//!   Forbidden (its RBAC changed while it ran) is not ready either, naming what it lost.
 //! * `/metrics`: the Prometheus exposition of [`crate::metrics`].
 
 use std::net::SocketAddr;
@@ -24,6 +25,8 @@ pub struct Health {
     crds: std::sync::Mutex<Result<(), String>>,
     leading: AtomicBool,
     synced: AtomicBool,
+    /// The leader's watches: `Err` naming those that meet Forbidden.
+    access: std::sync::Mutex<Result<(), String>>,
 }
 
 impl Health {
@@ -32,6 +35,7 @@ impl Health {
             crds: std::sync::Mutex::new(Err("not checked yet".into())),
             leading: AtomicBool::new(false),
             synced: AtomicBool::new(false),
+            access: std::sync::Mutex::new(Ok(())),
         })
     }
 
@@ -49,7 +53,15 @@ impl Health {
     pub fn set_leading(&self, leading: bool) {
         self.leading.store(leading, Ordering::SeqCst);
         self.synced.store(false, Ordering::SeqCst);
+        self.set_access(Ok(()));
         crate::metrics::global().set_leader(leading);
+    }
+
+    /// What the leader's watches meet (see [`crate::access::Access::state`]).
+    pub fn set_access(&self, state: Result<(), String>) {
+        if let Ok(mut a) = self.access.lock() {
+            *a = state;
+        }
     }
 
     pub fn set_synced(&self) {
@@ -67,7 +79,10 @@ impl Health {
         ) {
             (false, _) => Ok("CRDs served; standing by (not the leader)".into()),
             (true, false) => Err("leader; caches are syncing".into()),
-            (true, true) => Ok("CRDs served; leader; caches synced".into()),
+            (true, true) => match self.access.lock().as_deref() {
+                Ok(Err(e)) => Err(e.clone()),
+                _ => Ok("CRDs served; leader; caches synced".into()),
+            },
         }
     }
 }
@@ -220,4 +235,26 @@ pub async fn bind(
     Ok(async move {
         futures::future::join_all(servers).await;
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_leader_that_lost_a_permission_is_not_ready_and_says_which() {
+        let health = Health::new();
+        health.set_crds(Ok(()));
+        health.set_leading(true);
+        health.set_synced();
+        assert!(health.readiness().is_ok());
+        health.set_access(Err("RBAC: forbidden on clusterconnections (...)".into()));
+        assert_eq!(
+            health.readiness(),
+            Err("RBAC: forbidden on clusterconnections (...)".into())
+        );
+        // A standby watches nothing: its readiness does not depend on it.
+        health.set_leading(false);
+        assert!(health.readiness().is_ok());
+    }
 }

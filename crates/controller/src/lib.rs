@@ -1,6 +1,7 @@
 //! The Temporal Worker Controller library: connections and their lifecycle, the Temporal
 //! client pool, and the WorkerDeployment pipeline (observe -> plan -> execute -> status).
 
+pub mod access;
 pub mod children;
 pub mod conditions;
 pub mod config;

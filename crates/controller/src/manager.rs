@@ -113,7 +113,10 @@ async fn lead(client: &Client, config: &Config, health: &Health) {
         }
         tracing::info!("caches synced");
         health.set_synced();
-        std::future::pending::<()>().await
+        loop {
+            health.set_access(handle.access.state());
+            tokio::time::sleep(Duration::from_secs(1)).await;
+        }
     };
     tokio::select! {
         _ = controllers => {}

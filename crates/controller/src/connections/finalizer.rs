@@ -22,6 +22,8 @@ use crate::writes::{self, Swap};
 pub struct Context {
     pub client: kube::Client,
     pub index: UsageIndex,
+    /// Where a Forbidden write is recorded (RBAC changed under the running controller).
+    pub access: crate::access::Access,
 }
 
 /// Reconciles a namespaced Connection's finalizer.
@@ -33,7 +35,14 @@ pub async fn reconcile_connection(
     let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ConnKey::connection(&ns, &conn.name_any());
     let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
-    crate::metrics::counted("Connection", sync, |_| "KubernetesError").await
+    let result = crate::metrics::counted("Connection", sync, |_| "KubernetesError").await;
+    if let Err(e) = &result
+        && let Some(message) = crate::access::forbidden_message(e)
+    {
+        ctx.access
+            .forbidden(twc_api::GROUP, "connections", Some(&ns), message);
+    }
+    result
 }
 
 /// Reconciles a ClusterConnection's finalizer (users in every namespace count).
@@ -44,7 +53,14 @@ pub async fn reconcile_cluster_connection(
     let api: Api<ClusterConnection> = Api::all(ctx.client.clone());
     let key = ConnKey::cluster(&conn.name_any());
     let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
-    crate::metrics::counted("ClusterConnection", sync, |_| "KubernetesError").await
+    let result = crate::metrics::counted("ClusterConnection", sync, |_| "KubernetesError").await;
+    if let Err(e) = &result
+        && let Some(message) = crate::access::forbidden_message(e)
+    {
+        ctx.access
+            .forbidden(twc_api::GROUP, "clusterconnections", None, message);
+    }
+    result
 }
 
 /// What to change on a connection, given its users: (finalizers to write, if any).

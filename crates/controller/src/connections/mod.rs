@@ -34,6 +34,8 @@ pub struct ConnectionStores {
     pub connections: Scoped<Connection>,
     /// `None` when the controller may not read ClusterConnections (namespace-scoped install).
     pub cluster_connections: Option<Store<ClusterConnection>>,
+    /// Watches that meet Forbidden now.
+    pub access: crate::access::Access,
 }
 
 /// Resolves `wd`'s `connectionRef`. A ClusterConnection is looked up without a namespace; a
@@ -58,6 +60,14 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
                 ))
             })?,
         ConnectionKind::ClusterConnection => {
+            // Allowed at start, forbidden since: the cache is stale, and nothing can be kept
+            // right on the ClusterConnection (its finalizer, its status).
+            if let Some(message) = stores.access.lost("clusterconnections") {
+                return Err(Error::ConnectionNotFound(format!(
+                    "ClusterConnection {} cannot be used: the controller lost its permission to watch ClusterConnections ({message}); re-apply its RBAC (the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster)",
+                    key.name
+                )));
+            }
             let store = stores.cluster_connections.as_ref().ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
                     "ClusterConnection {} cannot be used: the controller was not allowed to list, watch and patch ClusterConnections when it started (its RBAC: the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster); grant them and restart the controller, or reference a Connection in namespace {ns}",

@@ -1,0 +1,243 @@
+//! Permissions lost while running. RBAC can change under a running controller (applying
+//! another mode's `twc rbac` over this one's, a chart upgrade, a hand edit); the watches then
+//! answer Forbidden on their next list or watch, and keep answering it on every retry. Each
+//! watch reports here what it met: a Forbidden records the apiserver's own words (which name
+//! the user, verb, resource and scope), the next good answer clears it. `/readyz` fails while
+//! anything is lost, and a WorkerDeployment whose connection cannot be read says why.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use k8s_openapi::api::authorization::v1::{
+    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
+};
+use kube::api::{Api, PostParams};
+use kube::runtime::watcher;
+
+/// The verbs the controller needs on `resource`: it reads Secrets, and writes everything
+/// else it watches.
+fn verbs(resource: &str) -> [&'static str; 3] {
+    match resource {
+        "secrets" => ["get", "list", "watch"],
+        _ => ["list", "watch", "patch"],
+    }
+}
+
+/// A resource, in a namespace or (`None`) across all of them.
+type Key = (&'static str, Option<String>);
+
+/// What was lost: the resource's API group and the apiserver's message.
+type Loss = (&'static str, String);
+
+/// Resources the controller met Forbidden on, until a re-check finds them allowed again.
+/// Cheap to clone; clones share the record.
+#[derive(Clone, Default)]
+pub struct Access {
+    lost: Arc<Mutex<BTreeMap<Key, Loss>>>,
+}
+
+/// The apiserver's message if `e` is a Forbidden answer.
+pub fn forbidden_message(e: &kube::Error) -> Option<String> {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => Some(s.message.clone()),
+        _ => None,
+    }
+}
+
+fn watch_forbidden(e: &watcher::Error) -> Option<String> {
+    match e {
+        watcher::Error::InitialListFailed(e)
+        | watcher::Error::WatchStartFailed(e)
+        | watcher::Error::WatchFailed(e) => forbidden_message(e),
+        watcher::Error::WatchError(s) => (s.code == 403).then(|| s.message.clone()),
+        _ => None,
+    }
+}
+
+impl Access {
+    /// Records a watch of `group`/`resource` in `scope` answering Forbidden (anything else
+    /// it meets says nothing about permissions).
+    pub fn saw<K>(
+        &self,
+        group: &'static str,
+        resource: &'static str,
+        scope: Option<&str>,
+        item: &Result<watcher::Event<K>, watcher::Error>,
+    ) {
+        if let Err(e) = item
+            && let Some(message) = watch_forbidden(e)
+        {
+            self.forbidden(group, resource, scope, message);
+        }
+    }
+
+    /// Records a Forbidden answer about `group`/`resource` in `namespace` (`None`: all).
+    pub fn forbidden(
+        &self,
+        group: &'static str,
+        resource: &'static str,
+        namespace: Option<&str>,
+        message: String,
+    ) {
+        let Ok(mut lost) = self.lost.lock() else {
+            return;
+        };
+        let key = (resource, namespace.map(str::to_string));
+        if lost.get(&key).map(|(_, m)| m) != Some(&message) {
+            tracing::warn!(
+                resource,
+                "lost a permission on {resource}: {message}; re-apply the controller's RBAC (`twc rbac`, or the chart's)"
+            );
+        }
+        lost.insert(key, (group, message));
+    }
+
+    /// The apiserver's Forbidden message about `resource`, while it is lost anywhere.
+    pub fn lost(&self, resource: &str) -> Option<String> {
+        let lost = self.lost.lock().ok()?;
+        lost.iter()
+            .find(|((r, _), _)| *r == resource)
+            .map(|(_, (_, m))| m.clone())
+    }
+
+    /// `Err` naming every resource lost now.
+    pub fn state(&self) -> Result<(), String> {
+        let lost = self.lost.lock().map(|l| l.clone()).unwrap_or_default();
+        if lost.is_empty() {
+            return Ok(());
+        }
+        let what: Vec<String> = lost
+            .iter()
+            .map(|((r, _), (_, m))| format!("{r} ({m})"))
+            .collect();
+        Err(format!(
+            "RBAC: forbidden on {}; re-apply the controller's RBAC (`twc rbac`, or the chart's)",
+            what.join(", ")
+        ))
+    }
+
+    /// Asks the apiserver again about every lost resource; those it allows every verb on
+    /// again are forgotten (a watch still failing records itself again on its next retry).
+    pub async fn recheck(&self, client: &kube::Client) {
+        let lost: Vec<(Key, &'static str)> = self
+            .lost
+            .lock()
+            .map(|l| l.iter().map(|(k, (g, _))| (k.clone(), *g)).collect())
+            .unwrap_or_default();
+        for ((resource, namespace), group) in lost {
+            let mut allowed = true;
+            for verb in verbs(resource) {
+                allowed &= may(client, group, resource, None, namespace.as_deref(), verb).await;
+            }
+            // The kinds whose status it writes.
+            if group == twc_api::GROUP {
+                let ns = namespace.as_deref();
+                allowed &= may(client, group, resource, Some("status"), ns, "patch").await;
+            }
+            if allowed && let Ok(mut l) = self.lost.lock() {
+                l.remove(&(resource, namespace));
+                tracing::info!(resource, "the permissions on {resource} are back");
+            }
+        }
+    }
+
+    /// [`Access::recheck`] every `every`, for as long as it runs.
+    pub async fn keep_checking(self, client: kube::Client, every: Duration) {
+        loop {
+            tokio::time::sleep(every).await;
+            self.recheck(&client).await;
+        }
+    }
+}
+
+/// Whether the apiserver lets this identity `verb` `group`/`resource` (or its
+/// `subresource`) in `namespace`.
+async fn may(
+    client: &kube::Client,
+    group: &str,
+    resource: &str,
+    subresource: Option<&str>,
+    namespace: Option<&str>,
+    verb: &str,
+) -> bool {
+    let review = SelfSubjectAccessReview {
+        spec: SelfSubjectAccessReviewSpec {
+            resource_attributes: Some(ResourceAttributes {
+                group: Some(group.into()),
+                resource: Some(resource.into()),
+                subresource: subresource.map(str::to_string),
+                namespace: namespace.map(str::to_string),
+                verb: Some(verb.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        ..Default::default()
+    };
+    Api::<SelfSubjectAccessReview>::all(client.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .ok()
+        .and_then(|r| r.status)
+        .is_some_and(|s| s.allowed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::core::Status;
+
+    fn forbidden_error() -> watcher::Error {
+        let status = Status::failure(
+            "clusterconnections.temporal.io is forbidden: User \"system:serviceaccount:twc:twc\" cannot list resource \"clusterconnections\" in API group \"temporal.io\" at the cluster scope",
+            "Forbidden",
+        )
+        .with_code(403);
+        watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn a_forbidden_watch_is_recorded_with_the_apiservers_words() {
+        let access = Access::default();
+        assert_eq!(access.state(), Ok(()));
+        // Other failures, and events, say nothing about permissions.
+        access.saw::<()>(
+            "temporal.io",
+            "clusterconnections",
+            None,
+            &Err(watcher::Error::NoResourceVersion),
+        );
+        access.saw::<()>(
+            "temporal.io",
+            "clusterconnections",
+            None,
+            &Ok(watcher::Event::Init),
+        );
+        assert_eq!(access.state(), Ok(()));
+        access.saw::<()>(
+            "temporal.io",
+            "clusterconnections",
+            None,
+            &Err(forbidden_error()),
+        );
+        let lost = access.lost("clusterconnections").unwrap_or_default();
+        assert!(
+            lost.contains("cannot list resource \"clusterconnections\""),
+            "{lost}"
+        );
+        let state = access.state().err().unwrap_or_default();
+        assert!(
+            state.starts_with("RBAC: forbidden on clusterconnections ("),
+            "{state}"
+        );
+        // Only a re-check clears it, not the next event.
+        access.saw::<()>(
+            "temporal.io",
+            "clusterconnections",
+            None,
+            &Ok(watcher::Event::Init),
+        );
+        assert!(access.lost("clusterconnections").is_some());
+    }
+}
