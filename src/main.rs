@@ -1,6 +1,7 @@
 //! `twc`: the controller binary.
 
 mod build_id;
+mod logging;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,18 +11,24 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
+use logging::LogFormat;
 
 #[derive(Parser)]
-#[command(name = "twc", version, about = "Temporal Worker Controller (Rust)")]
+#[command(
+    name = "twc",
+    version,
+    long_version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        "\ncommit: ",
+        env!("TWC_GIT_COMMIT"),
+        "\nrustc: ",
+        env!("TWC_RUSTC_VERSION")
+    ),
+    about = "Temporal Worker Controller (Rust)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,10 +137,13 @@ struct RunArgs {
     /// How often the leader renews and a standby retries.
     #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
     leader_election_retry_seconds: u64,
+    /// How log lines are written to stdout: `text` for people (coloured only on a terminal),
+    /// `json` for log collectors.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Log filter, e.g. `info` or `twc_controller=debug,info`.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    /// Log filter: a level (off, error, warn, info, debug, trace) or comma-separated
+    /// `target=level` directives after it, e.g. `info,twc_controller=debug`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = logging::parse_level)]
     log_level: String,
 }
 
@@ -214,7 +224,19 @@ fn main() -> anyhow::Result<()> {
                 log_format,
                 log_level,
             } = *args;
-            init_logging(log_format, &log_level);
+            logging::init(log_format, &log_level)?;
+            let build = &logging::BUILD;
+            tracing::info!(
+                version = build.version,
+                commit = build.commit,
+                rustc = build.rustc,
+                "twc build"
+            );
+            twc_controller::metrics::global().set_build_info(
+                build.version,
+                build.commit,
+                build.rustc,
+            );
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
                 let client = Client::try_default()
@@ -324,16 +346,6 @@ fn replica_identity() -> String {
         .map(|d| d.subsec_nanos())
         .unwrap_or_default();
     format!("{host}_{:08x}", nanos ^ std::process::id().rotate_left(16))
-}
-
-fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
 }
 
 async fn shutdown_signal() {
