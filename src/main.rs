@@ -158,8 +158,22 @@ enum Command {
         #[arg(long, value_enum, default_value_t = RbacMode::Cluster)]
         mode: RbacMode,
         /// Write `cluster.yaml` and `namespaced.yaml` here instead of printing.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["service_account", "watch_namespaces"])]
         dir: Option<PathBuf>,
+        /// Also print the ServiceAccount the controller runs as, in `--namespace`, and bind
+        /// every role to it; the leader-election Role is then in `--namespace`. Everything an
+        /// install without Helm needs besides `twc crd` and `config/deploy/`.
+        #[arg(long, requires = "namespace")]
+        service_account: Option<String>,
+        /// The controller's namespace (it must exist): where the ServiceAccount and the Lease
+        /// are.
+        #[arg(long, requires = "service_account")]
+        namespace: Option<String>,
+        /// With `--mode namespaced`: the namespaces the controller watches (comma-separated),
+        /// each getting the Role and its binding. The controller needs the same
+        /// `--watch-namespaces`.
+        #[arg(long, value_delimiter = ',', requires = "service_account")]
+        watch_namespaces: Vec<String>,
     },
     /// Print the version each WorkerDeployment in a manifest makes: its build ID, versioned
     /// Deployment and Temporal worker deployment (no cluster needed; the same rules as the
@@ -200,7 +214,19 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Rbac { mode, dir } => rbac(mode, dir),
+        Command::Rbac {
+            mode,
+            dir,
+            service_account,
+            namespace,
+            watch_namespaces,
+        } => match (service_account, namespace) {
+            (Some(sa), Some(ns)) => {
+                print!("{}", install_rbac_yaml(mode, &sa, &ns, &watch_namespaces)?);
+                Ok(())
+            }
+            _ => rbac(mode, dir),
+        },
         Command::Run(args) => {
             let RunArgs {
                 watch_namespaces,
@@ -409,11 +435,67 @@ fn rbac_yaml(mode: RbacMode) -> anyhow::Result<String> {
     Ok(format!("{header}---\n{}", docs.join("---\n")))
 }
 
-fn with_kind<T: serde::Serialize>(obj: &T, kind: &str) -> anyhow::Result<serde_json::Value> {
+/// `twc rbac --service-account SA --namespace NS`: the ServiceAccount, the roles and their
+/// bindings, in the order `kubectl apply` needs (a binding may come before its role, but not
+/// a namespaced object before its namespace, which must exist).
+fn install_rbac_yaml(
+    mode: RbacMode,
+    service_account: &str,
+    namespace: &str,
+    watch_namespaces: &[String],
+) -> anyhow::Result<String> {
+    let watch: Vec<String> = watch_namespaces
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    match mode {
+        RbacMode::Cluster => anyhow::ensure!(
+            watch.is_empty(),
+            "--watch-namespaces is for --mode namespaced; --mode cluster watches every namespace"
+        ),
+        RbacMode::Namespaced => anyhow::ensure!(
+            !watch.is_empty(),
+            "--mode namespaced needs --watch-namespaces: the namespaces to grant the Role in"
+        ),
+    }
+    let i = twc_controller::rbac::bindings(service_account, namespace, &watch);
+    let mut docs = vec![serde_yaml::to_string(&with_api(
+        &i.service_account,
+        "v1",
+        "ServiceAccount",
+    )?)?];
+    for r in &i.cluster_roles {
+        docs.push(serde_yaml::to_string(&with_kind(r, "ClusterRole")?)?);
+    }
+    for b in &i.cluster_role_bindings {
+        docs.push(serde_yaml::to_string(&with_kind(b, "ClusterRoleBinding")?)?);
+    }
+    for r in &i.roles {
+        docs.push(serde_yaml::to_string(&with_kind(r, "Role")?)?);
+    }
+    for b in &i.role_bindings {
+        docs.push(serde_yaml::to_string(&with_kind(b, "RoleBinding")?)?);
+    }
+    Ok(format!(
+        "# The controller's ServiceAccount {namespace}/{service_account} and RBAC, from `twc rbac`.\n---\n{}",
+        docs.join("---\n")
+    ))
+}
+
+fn with_api<T: serde::Serialize>(
+    obj: &T,
+    api_version: &str,
+    kind: &str,
+) -> anyhow::Result<serde_json::Value> {
     let mut v = serde_json::to_value(obj)?;
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+    v["apiVersion"] = api_version.into();
     v["kind"] = kind.into();
     Ok(v)
+}
+
+fn with_kind<T: serde::Serialize>(obj: &T, kind: &str) -> anyhow::Result<serde_json::Value> {
+    with_api(obj, "rbac.authorization.k8s.io/v1", kind)
 }
 
 fn rbac(mode: RbacMode, dir: Option<PathBuf>) -> anyhow::Result<()> {
