@@ -397,6 +397,9 @@ pub async fn rpc<T>(
 }
 
 #[cfg(test)]
+mod dashboard_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
