@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Writes every generated file (CRD YAML, RBAC, the chart parts made from them, and the Go-derived
+# Writes every generated file (CRD YAML, RBAC, the chart parts made from them, the Deployment of
+# an install without Helm rendered from the chart by the provisioned helm, and the Go-derived
 # tables of crates/gocompat) from the code. With --check, fails if a checked-in file differs from
 # what the code generates, naming this command.
 set -euo pipefail

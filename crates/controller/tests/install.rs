@@ -5,7 +5,8 @@
 //! what the controller does and no more; then `twc run`, with the Deployment's arguments and
 //! environment and that token, becomes ready, takes the Lease and is denied nothing. (There is
 //! no container runtime for the Deployment itself; its pod passes the restricted Pod Security
-//! Standard in a server-side dry run.)
+//! Standard in a server-side dry run.) The namespace-scoped variant grants exactly the watched
+//! namespaces.
 
 mod common;
 
@@ -129,9 +130,9 @@ fn deployment() -> Value {
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
-    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join("install"))?;
+/// A control plane of its own (the install's names are cluster-wide), logs in `<log dir>/<name>`.
+async fn control_plane(name: &str) -> Result<(ControlPlane, PathBuf), Box<dyn std::error::Error>> {
+    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join(name))?;
     let cp = ControlPlane::start(
         &ControlPlaneOptions {
             controller_manager: false,
@@ -140,6 +141,72 @@ async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
         &dir,
     )
     .await?;
+    Ok((cp, dir))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_namespace_scoped_rbac_grants_the_watched_namespaces_only() -> TestResult {
+    let (cp, _dir) = control_plane("install-namespaced").await?;
+    let admin = cp.client().await?;
+    let kubeconfig = &cp.kubeconfig_path;
+    shell(
+        kubeconfig,
+        &format!(
+            "kubectl create namespace {NS}
+             kubectl create namespace team-a
+             kubectl create namespace team-b
+             twc rbac --mode namespaced --watch-namespaces team-a,team-b \
+               --service-account {SA} --namespace {NS} | kubectl apply -f -"
+        ),
+    )
+    .await;
+    let sa = cp.client_with_token(&token(&admin).await).await?;
+    for ns in ["team-a", "team-b"] {
+        for (verb, group, resource) in [
+            ("list", "temporal.io", "workerdeployments"),
+            ("watch", "apps", "deployments"),
+            ("patch", "apps", "deployments/scale"),
+            ("get", "", "secrets"),
+            ("create", "events.k8s.io", "events"),
+        ] {
+            assert!(
+                may(&sa, verb, group, resource, Some(ns)).await,
+                "may not {verb} {group}/{resource} in {ns}"
+            );
+        }
+    }
+    for (verb, group, resource, ns) in [
+        ("create", "coordination.k8s.io", "leases", Some(NS)),
+        ("get", "", "namespaces", None),
+        (
+            "create",
+            "authorization.k8s.io",
+            "selfsubjectaccessreviews",
+            None,
+        ),
+    ] {
+        assert!(
+            may(&sa, verb, group, resource, ns).await,
+            "may not {verb} {resource}"
+        );
+    }
+    for (verb, group, resource, ns) in [
+        ("get", "", "secrets", Some("team-c")),
+        ("list", "temporal.io", "workerdeployments", None),
+        ("list", "temporal.io", "clusterconnections", None),
+        ("create", "coordination.k8s.io", "leases", Some("team-a")),
+    ] {
+        assert!(
+            !may(&sa, verb, group, resource, ns).await,
+            "may {verb} {group}/{resource} in {ns:?}"
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
+    let (cp, dir) = control_plane("install").await?;
     let admin = cp.client().await?;
     let kubeconfig = &cp.kubeconfig_path;
 
