@@ -3,7 +3,10 @@
 # a distroless runtime (glibc + CA certificates, no shell) as the non-root user 65532.
 # The binary uses rustls with ring and vendored protobuf (protox): no OpenSSL, no protoc.
 #
-#   docker build -t temporal-worker-controller:0.1.0 .
+#   docker build -t temporal-worker-controller:0.1.0 --build-arg GIT_COMMIT=$(git rev-parse HEAD) .
+#
+# GIT_COMMIT is the commit `twc --version`, the start log line and `twc_build_info` name (the
+# build context has no .git); without it they say `unknown`.
 #
 # The entrypoint is `twc`; the chart runs `/usr/local/bin/twc run` and configures it through
 # environment variables (docs/helm.md).
@@ -13,9 +16,11 @@ ARG RUST_VERSION=1.95.0
 
 FROM docker.io/library/rust:${RUST_VERSION}-bookworm AS build
 ARG RUST_VERSION
+ARG GIT_COMMIT=""
 # Use the image's toolchain: rust-toolchain.toml would otherwise make rustup fetch its extra
 # components (rustfmt, clippy), which a release build does not need.
 ENV RUSTUP_TOOLCHAIN=${RUST_VERSION} \
+    TWC_GIT_COMMIT=${GIT_COMMIT} \
     CARGO_TERM_COLOR=never \
     CARGO_INCREMENTAL=0
 WORKDIR /src

@@ -15,7 +15,7 @@ chart=charts/temporal-worker-controller
 "$helm" lint --strict charts/temporal-worker-controller-crds "$chart"
 "$helm" lint --strict "$chart" \
   --set rbac.scope=namespaced --set 'watchNamespaces={team-a,team-b}' \
-  --set metrics.serviceMonitor.enabled=true
+  --set metrics.serviceMonitor.enabled=true --set grafanaDashboard.enabled=true
 "$helm" lint --strict "$chart" -f crates/controller/tests/fixtures/twc-values.yaml
 if out=$("$helm" lint "$chart" --set replica=2 2>&1); then
   echo "lint-charts: $chart/values.schema.json accepts the unknown key 'replica'" >&2

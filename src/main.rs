@@ -1,6 +1,7 @@
 //! `twc`: the controller binary.
 
 mod build_id;
+mod logging;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -10,18 +11,24 @@ use anyhow::Context;
 use clap::{Parser, Subcommand, ValueEnum};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::{Api, Client};
+use logging::LogFormat;
 
 #[derive(Parser)]
-#[command(name = "twc", version, about = "Temporal Worker Controller (Rust)")]
+#[command(
+    name = "twc",
+    version,
+    long_version = concat!(
+        env!("CARGO_PKG_VERSION"),
+        "\ncommit: ",
+        env!("TWC_GIT_COMMIT"),
+        "\nrustc: ",
+        env!("TWC_RUSTC_VERSION")
+    ),
+    about = "Temporal Worker Controller (Rust)"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
-}
-
-#[derive(Clone, Copy, ValueEnum)]
-enum LogFormat {
-    Text,
-    Json,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -130,10 +137,13 @@ struct RunArgs {
     /// How often the leader renews and a standby retries.
     #[arg(long, env = "LEADER_ELECTION_RETRY_SECONDS", default_value_t = 2)]
     leader_election_retry_seconds: u64,
+    /// How log lines are written to stdout: `text` for people (coloured only on a terminal),
+    /// `json` for log collectors.
     #[arg(long, env = "LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
-    /// Log filter, e.g. `info` or `twc_controller=debug,info`.
-    #[arg(long, env = "LOG_LEVEL", default_value = "info")]
+    /// Log filter: a level (off, error, warn, info, debug, trace) or comma-separated
+    /// `target=level` directives after it, e.g. `info,twc_controller=debug`.
+    #[arg(long, env = "LOG_LEVEL", default_value = "info", value_parser = logging::parse_level)]
     log_level: String,
 }
 
@@ -148,8 +158,22 @@ enum Command {
         #[arg(long, value_enum, default_value_t = RbacMode::Cluster)]
         mode: RbacMode,
         /// Write `cluster.yaml` and `namespaced.yaml` here instead of printing.
-        #[arg(long)]
+        #[arg(long, conflicts_with_all = ["service_account", "watch_namespaces"])]
         dir: Option<PathBuf>,
+        /// Also print the ServiceAccount the controller runs as, in `--namespace`, and bind
+        /// every role to it; the leader-election Role is then in `--namespace`. Everything an
+        /// install without Helm needs besides `twc crd` and `config/deploy/`.
+        #[arg(long, requires = "namespace")]
+        service_account: Option<String>,
+        /// The controller's namespace (it must exist): where the ServiceAccount and the Lease
+        /// are.
+        #[arg(long, requires = "service_account")]
+        namespace: Option<String>,
+        /// With `--mode namespaced`: the namespaces the controller watches (comma-separated),
+        /// each getting the Role and its binding. The controller needs the same
+        /// `--watch-namespaces`.
+        #[arg(long, value_delimiter = ',', requires = "service_account")]
+        watch_namespaces: Vec<String>,
     },
     /// Print the version each WorkerDeployment in a manifest makes: its build ID, versioned
     /// Deployment and Temporal worker deployment (no cluster needed; the same rules as the
@@ -190,7 +214,19 @@ fn main() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Rbac { mode, dir } => rbac(mode, dir),
+        Command::Rbac {
+            mode,
+            dir,
+            service_account,
+            namespace,
+            watch_namespaces,
+        } => match (service_account, namespace) {
+            (Some(sa), Some(ns)) => {
+                print!("{}", install_rbac_yaml(mode, &sa, &ns, &watch_namespaces)?);
+                Ok(())
+            }
+            _ => rbac(mode, dir),
+        },
         Command::Run(args) => {
             let RunArgs {
                 watch_namespaces,
@@ -214,7 +250,19 @@ fn main() -> anyhow::Result<()> {
                 log_format,
                 log_level,
             } = *args;
-            init_logging(log_format, &log_level);
+            logging::init(log_format, &log_level)?;
+            let build = &logging::BUILD;
+            tracing::info!(
+                version = build.version,
+                commit = build.commit,
+                rustc = build.rustc,
+                "twc build"
+            );
+            twc_controller::metrics::global().set_build_info(
+                build.version,
+                build.commit,
+                build.rustc,
+            );
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
                 let client = Client::try_default()
@@ -326,16 +374,6 @@ fn replica_identity() -> String {
     format!("{host}_{:08x}", nanos ^ std::process::id().rotate_left(16))
 }
 
-fn init_logging(format: LogFormat, level: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
-    }
-}
-
 async fn shutdown_signal() {
     let term = async {
         match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
@@ -397,11 +435,67 @@ fn rbac_yaml(mode: RbacMode) -> anyhow::Result<String> {
     Ok(format!("{header}---\n{}", docs.join("---\n")))
 }
 
-fn with_kind<T: serde::Serialize>(obj: &T, kind: &str) -> anyhow::Result<serde_json::Value> {
+/// `twc rbac --service-account SA --namespace NS`: the ServiceAccount, the roles and their
+/// bindings, in the order `kubectl apply` needs (a binding may come before its role, but not
+/// a namespaced object before its namespace, which must exist).
+fn install_rbac_yaml(
+    mode: RbacMode,
+    service_account: &str,
+    namespace: &str,
+    watch_namespaces: &[String],
+) -> anyhow::Result<String> {
+    let watch: Vec<String> = watch_namespaces
+        .iter()
+        .map(|n| n.trim().to_string())
+        .filter(|n| !n.is_empty())
+        .collect();
+    match mode {
+        RbacMode::Cluster => anyhow::ensure!(
+            watch.is_empty(),
+            "--watch-namespaces is for --mode namespaced; --mode cluster watches every namespace"
+        ),
+        RbacMode::Namespaced => anyhow::ensure!(
+            !watch.is_empty(),
+            "--mode namespaced needs --watch-namespaces: the namespaces to grant the Role in"
+        ),
+    }
+    let i = twc_controller::rbac::bindings(service_account, namespace, &watch);
+    let mut docs = vec![serde_yaml::to_string(&with_api(
+        &i.service_account,
+        "v1",
+        "ServiceAccount",
+    )?)?];
+    for r in &i.cluster_roles {
+        docs.push(serde_yaml::to_string(&with_kind(r, "ClusterRole")?)?);
+    }
+    for b in &i.cluster_role_bindings {
+        docs.push(serde_yaml::to_string(&with_kind(b, "ClusterRoleBinding")?)?);
+    }
+    for r in &i.roles {
+        docs.push(serde_yaml::to_string(&with_kind(r, "Role")?)?);
+    }
+    for b in &i.role_bindings {
+        docs.push(serde_yaml::to_string(&with_kind(b, "RoleBinding")?)?);
+    }
+    Ok(format!(
+        "# The controller's ServiceAccount {namespace}/{service_account} and RBAC, from `twc rbac`.\n---\n{}",
+        docs.join("---\n")
+    ))
+}
+
+fn with_api<T: serde::Serialize>(
+    obj: &T,
+    api_version: &str,
+    kind: &str,
+) -> anyhow::Result<serde_json::Value> {
     let mut v = serde_json::to_value(obj)?;
-    v["apiVersion"] = "rbac.authorization.k8s.io/v1".into();
+    v["apiVersion"] = api_version.into();
     v["kind"] = kind.into();
     Ok(v)
+}
+
+fn with_kind<T: serde::Serialize>(obj: &T, kind: &str) -> anyhow::Result<serde_json::Value> {
+    with_api(obj, "rbac.authorization.k8s.io/v1", kind)
 }
 
 fn rbac(mode: RbacMode, dir: Option<PathBuf>) -> anyhow::Result<()> {

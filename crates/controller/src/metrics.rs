@@ -37,6 +37,13 @@ struct RpcNameLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct BuildLabels {
+    version: String,
+    commit: String,
+    rustc: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DialLabels {
     result: &'static str,
 }
@@ -104,6 +111,7 @@ pub struct Metrics {
     ramp: Family<WorkerDeploymentLabels, Gauge<f64, AtomicU64>>,
     leader: Gauge,
     queue_depth: Family<ControllerLabels, Gauge>,
+    build_info: Family<BuildLabels, Gauge>,
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -129,6 +137,7 @@ impl Metrics {
             ramp: Family::default(),
             leader: Gauge::default(),
             queue_depth: Family::default(),
+            build_info: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -191,7 +200,25 @@ impl Metrics {
             "Objects triggered (by a watch event or a dependency) and waiting for their reconcile to start",
             m.queue_depth.clone(),
         );
+        registry.register(
+            "build_info",
+            "Always 1; the labels say what runs: crate version, git commit, compiler",
+            m.build_info.clone(),
+        );
         Self { registry, ..m }
+    }
+
+    /// Records what the running binary was built from (`twc_build_info`), replacing any
+    /// earlier record.
+    pub fn set_build_info(&self, version: &str, commit: &str, rustc: &str) {
+        self.build_info.clear();
+        self.build_info
+            .get_or_create(&BuildLabels {
+                version: version.into(),
+                commit: commit.into(),
+                rustc: rustc.into(),
+            })
+            .set(1);
     }
 
     /// The OpenMetrics text exposition.
@@ -396,6 +423,9 @@ pub async fn rpc<T>(
 }
 
 #[cfg(test)]
+mod dashboard_tests;
+
+#[cfg(test)]
 mod tests {
     use super::*;
 
@@ -428,5 +458,21 @@ mod tests {
         ));
         m.forget_worker_deployment("ns", "wd");
         assert!(!m.encode().contains("worker_deployment=\"wd\""));
+    }
+
+    #[test]
+    fn build_info_is_one_series() {
+        let m = Metrics::new();
+        m.set_build_info("0.0.1", "abc", "rustc 1");
+        m.set_build_info("0.1.0", "def", "rustc 2");
+        let text = m.encode();
+        let series: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("twc_build_info{"))
+            .collect();
+        assert_eq!(
+            series,
+            ["twc_build_info{version=\"0.1.0\",commit=\"def\",rustc=\"rustc 2\"} 1"]
+        );
     }
 }

@@ -6,8 +6,13 @@
 //! * Namespaced kinds are in a ClusterRole for a cluster-wide install, and in a Role bound in
 //!   each watched namespace for a namespace-scoped install (`--watch-namespaces`), which then
 //!   gets no ClusterConnection rights at all.
+//! * For an install without Helm ([`bindings`]), the ServiceAccount and the bindings of every
+//!   role to it, with the names the chart gives a release named `temporal-worker-controller`.
 
-use k8s_openapi::api::rbac::v1::{ClusterRole, PolicyRule, Role};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{
+    ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, RoleRef, Subject,
+};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
 /// Name of the generated roles.
@@ -197,6 +202,115 @@ pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
     )
 }
 
+/// The ServiceAccount `namespace/name` the controller runs as.
+pub fn service_account(name: &str, namespace: &str) -> ServiceAccount {
+    let mut metadata = meta(name);
+    metadata.namespace = Some(namespace.into());
+    ServiceAccount {
+        metadata,
+        ..Default::default()
+    }
+}
+
+fn subject(service_account: &str, namespace: &str) -> Vec<Subject> {
+    vec![Subject {
+        kind: "ServiceAccount".into(),
+        name: service_account.into(),
+        namespace: Some(namespace.into()),
+        ..Default::default()
+    }]
+}
+
+fn role_ref(kind: &str, name: &str) -> RoleRef {
+    RoleRef {
+        api_group: "rbac.authorization.k8s.io".into(),
+        kind: kind.into(),
+        name: name.into(),
+    }
+}
+
+/// Binds ClusterRole `role` to ServiceAccount `namespace/service_account`; the binding has the
+/// role's name, as in the chart.
+pub fn cluster_role_binding(
+    role: &str,
+    service_account: &str,
+    namespace: &str,
+) -> ClusterRoleBinding {
+    ClusterRoleBinding {
+        metadata: meta(role),
+        role_ref: role_ref("ClusterRole", role),
+        subjects: Some(subject(service_account, namespace)),
+    }
+}
+
+/// Binds Role `role_namespace/role` to ServiceAccount `namespace/service_account`; the binding
+/// has the role's name, as in the chart.
+pub fn role_binding(
+    role: &str,
+    role_namespace: &str,
+    service_account: &str,
+    namespace: &str,
+) -> RoleBinding {
+    let mut metadata = meta(role);
+    metadata.namespace = Some(role_namespace.into());
+    RoleBinding {
+        metadata,
+        role_ref: role_ref("Role", role),
+        subjects: Some(subject(service_account, namespace)),
+    }
+}
+
+/// What an install without Helm applies besides the CRDs and the controller's Deployment.
+pub struct Install {
+    pub service_account: ServiceAccount,
+    pub cluster_roles: Vec<ClusterRole>,
+    pub cluster_role_bindings: Vec<ClusterRoleBinding>,
+    /// The Roles of a namespace-scoped install (one per watched namespace) and the
+    /// leader-election Role in the controller's namespace.
+    pub roles: Vec<Role>,
+    pub role_bindings: Vec<RoleBinding>,
+}
+
+/// The ServiceAccount `namespace/service_account` and every role the controller needs, bound to
+/// it: cluster-wide (`watch_namespaces` empty) or a Role in each of `watch_namespaces`; the
+/// leader-election Role in `namespace`, where the Lease is by default.
+pub fn bindings(service_account: &str, namespace: &str, watch_namespaces: &[String]) -> Install {
+    let mut cluster_roles = Vec::new();
+    let mut roles = Vec::new();
+    if watch_namespaces.is_empty() {
+        let (namespaced, cluster) = cluster_wide();
+        cluster_roles.extend([namespaced, cluster]);
+    } else {
+        for ns in watch_namespaces {
+            let (role, cluster) = namespace_scoped(Some(ns));
+            roles.push(role);
+            if cluster_roles.is_empty() {
+                cluster_roles.push(cluster);
+            }
+        }
+    }
+    roles.push(leader_election(Some(namespace)));
+    let name = |m: &ObjectMeta| m.name.clone().unwrap_or_default();
+    let cluster_role_bindings = cluster_roles
+        .iter()
+        .map(|r| cluster_role_binding(&name(&r.metadata), service_account, namespace))
+        .collect();
+    let role_bindings = roles
+        .iter()
+        .map(|r| {
+            let role_ns = r.metadata.namespace.clone().unwrap_or_default();
+            role_binding(&name(&r.metadata), &role_ns, service_account, namespace)
+        })
+        .collect();
+    Install {
+        service_account: self::service_account(service_account, namespace),
+        cluster_roles,
+        cluster_role_bindings,
+        roles,
+        role_bindings,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -239,6 +353,53 @@ mod tests {
                 .iter()
                 .any(|r| r == "clusterconnections/finalizers")
         );
+    }
+
+    #[test]
+    fn every_role_is_bound_to_the_service_account() {
+        for watch in [vec![], vec!["a".to_string(), "b".to_string()]] {
+            let i = bindings("sa", "sys", &watch);
+            assert_eq!(i.service_account.metadata.namespace.as_deref(), Some("sys"));
+            assert_eq!(i.cluster_roles.len(), if watch.is_empty() { 2 } else { 1 });
+            assert_eq!(i.roles.len(), watch.len() + 1, "and the leader election's");
+            for (role, binding) in i.cluster_roles.iter().zip(&i.cluster_role_bindings) {
+                assert_eq!(
+                    role.metadata.name.as_deref(),
+                    Some(binding.role_ref.name.as_str())
+                );
+            }
+            for (role, binding) in i.roles.iter().zip(&i.role_bindings) {
+                assert_eq!(
+                    role.metadata.name.as_deref(),
+                    Some(binding.role_ref.name.as_str())
+                );
+                assert_eq!(role.metadata.namespace, binding.metadata.namespace);
+            }
+            for subjects in i
+                .cluster_role_bindings
+                .iter()
+                .map(|b| &b.subjects)
+                .chain(i.role_bindings.iter().map(|b| &b.subjects))
+            {
+                let s = subjects.as_deref().unwrap_or_default();
+                assert_eq!(s.len(), 1);
+                assert_eq!(
+                    (s[0].name.as_str(), s[0].namespace.as_deref()),
+                    ("sa", Some("sys"))
+                );
+            }
+            let leader = i
+                .roles
+                .last()
+                .map(|r| (r.metadata.name.clone(), r.metadata.namespace.clone()));
+            assert_eq!(
+                leader,
+                Some((
+                    Some(LEADER_ELECTION_NAME.to_string()),
+                    Some("sys".to_string())
+                ))
+            );
+        }
     }
 
     #[test]

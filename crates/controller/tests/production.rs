@@ -17,7 +17,6 @@ use common::*;
 use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use twc_api::WorkerDeployment;
 use twc_testenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use twc_testenv::process::{ChildProcess, Spec, free_port};
@@ -78,37 +77,6 @@ impl Replica {
     fn log(&self) -> String {
         twc_testenv::process::log_tail(self.process.log_path(), 40)
     }
-}
-
-/// A plain HTTP/1.0 GET: (status, body).
-async fn http_get(addr: &str, path: &str) -> Result<(u16, String), String> {
-    http_get_as(addr, path, None).await
-}
-
-/// [`http_get`] with a bearer token.
-async fn http_get_as(addr: &str, path: &str, token: Option<&str>) -> Result<(u16, String), String> {
-    let mut stream = tokio::net::TcpStream::connect(addr)
-        .await
-        .map_err(|e| format!("connect {addr}: {e}"))?;
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}\r\n").as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
-    let mut raw = String::new();
-    stream
-        .read_to_string(&mut raw)
-        .await
-        .map_err(|e| e.to_string())?;
-    let status = raw
-        .split_whitespace()
-        .nth(1)
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| format!("no status line in {raw:?}"))?;
-    let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
-    Ok((status, body.to_string()))
 }
 
 /// Value of the sample `name{labels}` (labels as printed), if present.
