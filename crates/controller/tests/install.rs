@@ -376,12 +376,17 @@ async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
     spec.env.push(("HOSTNAME".into(), "controller-0".into()));
     let mut controller = ChildProcess::start(&spec)?;
     let controller_log = || twc_testenv::process::log_tail(&log, 40);
-    let ready = wait_for("/readyz turns 200", Duration::from_secs(60), || async {
-        match http_get(&health, "/readyz").await? {
-            (200, body) => Ok(body),
-            (code, body) => Err(format!("{code} {body}")),
-        }
-    })
+    // A standby is ready too ("standing by"): wait for the leader with synced caches.
+    let ready = wait_for(
+        "/readyz: leader, caches synced",
+        Duration::from_secs(60),
+        || async {
+            match http_get(&health, "/readyz").await? {
+                (200, body) if body.contains("caches synced") => Ok(body),
+                (code, body) => Err(format!("{code} {body}")),
+            }
+        },
+    )
     .await
     .map_err(|e| format!("{e}\n{}", controller_log()))?;
     assert!(ready.contains("caches synced"), "{ready}");

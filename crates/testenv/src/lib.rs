@@ -15,6 +15,7 @@
 //! Binaries come from `hack/provision.sh` (versions in `hack/versions.env`).
 
 pub mod control_plane;
+pub mod controller;
 pub mod crds;
 mod error;
 pub mod paths;

@@ -1,0 +1,130 @@
+//! The controller as a process: `twc run` against a [`TestEnv`], as a user runs it, for the
+//! demo and the local playground.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::process::{ChildProcess, Spec};
+use crate::{Error, TestEnv};
+
+/// The controller as a user runs it: the `twc` binary, with leader election and its endpoints.
+pub struct Controller {
+    pub process: ChildProcess,
+    /// `host:port` of its health and metrics endpoints.
+    pub addr: String,
+}
+
+impl Controller {
+    /// Starts `twc run` against `env` as `identity`, logging to `dir/controller.log`.
+    pub fn start(env: &TestEnv, dir: &Path, identity: &str) -> Result<Self, Error> {
+        let bin = crate::paths::workspace_binary("temporal-worker-controller", "twc")?;
+        let addr = format!("127.0.0.1:{}", crate::process::free_port()?);
+        let mut spec = Spec::new("controller", bin, dir.join("controller.log")).args([
+            "run",
+            "--identity",
+            identity,
+            "--fast-poll-seconds",
+            "1",
+            "--steady-poll-seconds",
+            "10",
+            "--leader-elect",
+            "--leader-election-namespace",
+            "default",
+            "--metrics-bind-address",
+            &addr,
+            "--health-probe-bind-address",
+            &addr,
+        ]);
+        spec.env.push((
+            "KUBECONFIG".into(),
+            env.control_plane.kubeconfig_path.display().to_string(),
+        ));
+        Ok(Self {
+            process: ChildProcess::start(&spec)?,
+            addr,
+        })
+    }
+
+    /// GET `path` of its endpoints: (200?, body).
+    pub async fn get(&self, path: &str) -> Option<(bool, String)> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut stream = tokio::net::TcpStream::connect(&self.addr).await.ok()?;
+        stream
+            .write_all(format!("GET {path} HTTP/1.0\r\nHost: x\r\n\r\n").as_bytes())
+            .await
+            .ok()?;
+        let mut raw = String::new();
+        stream.read_to_string(&mut raw).await.ok()?;
+        let ok = raw.starts_with("HTTP/1.0 200") || raw.starts_with("HTTP/1.1 200");
+        Some((
+            ok,
+            raw.split_once("\r\n\r\n")
+                .map(|(_, b)| b.to_string())
+                .unwrap_or_default(),
+        ))
+    }
+
+    /// Waits (60 s at most) until `/readyz` says it leads with synced caches.
+    pub async fn wait_ready(&mut self) -> Result<(), Error> {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            self.process.check_running()?;
+            if let Some((true, body)) = self.get("/readyz").await
+                && body.contains("leader")
+            {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(Error::Other(format!(
+                    "the controller is not ready after 60 s; see {}",
+                    self.process.log_path().display()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Resident memory (now and peak) and CPU time so far, from /proc.
+    pub fn usage(&self) -> String {
+        let pid = self.process.pid();
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        let kib = |key: &str| {
+            status
+                .lines()
+                .find(|l| l.starts_with(key))
+                .and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // Fields after the command name: utime and stime are the 14th and 15th of the line.
+        let ticks: f64 = stat
+            .rsplit_once(')')
+            .map(|(_, rest)| {
+                rest.split_whitespace()
+                    .skip(11)
+                    .take(2)
+                    .filter_map(|v| v.parse::<f64>().ok())
+                    .sum()
+            })
+            .unwrap_or(0.0);
+        format!(
+            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
+            kib("VmRSS:") / 1024.0,
+            kib("VmHWM:") / 1024.0,
+            ticks / 100.0
+        )
+    }
+
+    /// Temporal RPCs the controller made, from its metrics.
+    pub async fn rpcs(&self) -> f64 {
+        let body = self
+            .get("/metrics")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        body.lines()
+            .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
+            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+            .sum()
+    }
+}
