@@ -10,6 +10,8 @@ cargo test --workspace "$@"
 # The short chaos run (about 10 rollouts under injected faults, invariants checked from outside;
 # the long run is in docs/benchmarks.md). Skipped when the tests were filtered.
 if [ "$#" -eq 0 ]; then
+  # The local playground as a newcomer starts it, applying its sample and waiting for the rollout.
+  hack/playground.sh --exit-when-ready --dir "${CARGO_TARGET_DIR:-target}/playground"
   cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
     --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
 fi
