@@ -7,7 +7,7 @@
 #     connection_triggers.rs),
 # and prints a Markdown table: CLI version, server version, demo, connection tests.
 #
-#   hack/server-matrix.sh                        every listed version (about 5 minutes each)
+#   hack/server-matrix.sh                        every listed version (about 3.5 minutes each)
 #   hack/server-matrix.sh 1.5.1 1.9.1            only these
 #   hack/server-matrix.sh --no-demo 1.5.1        connection tests only
 #   hack/server-matrix.sh --no-connections 1.5.1 the demo only
