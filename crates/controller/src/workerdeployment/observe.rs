@@ -18,7 +18,7 @@ use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
-use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef};
+use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef, server};
 
 /// The spec checks the CRD's validation cannot make.
 pub fn validate(wd: &WorkerDeployment) -> Result<()> {
@@ -37,6 +37,8 @@ pub struct Temporal {
     pub pool_key: temporal::pool::PoolKey,
     /// The Temporal worker deployment's name (`<namespace>/<name>`, as TWC).
     pub deployment_name: String,
+    /// The server's version, as it reported it when the client was dialled.
+    pub server_version: Option<String>,
 }
 
 impl Temporal {
@@ -72,6 +74,7 @@ pub async fn temporal(
     )
     .await?;
     Ok(Temporal {
+        server_version: ctx.pool.server_version(&pool_key),
         conn,
         pool_key,
         deployment_name: build_id::temporal_deployment_name(&ns, &wd.name_any()),
@@ -85,6 +88,15 @@ pub async fn observe(
     temporal: &Temporal,
     now: SystemTime,
 ) -> Result<Observed> {
+    let server_version = temporal.server_version.as_deref();
+    if server_version.is_some_and(server::too_old) {
+        // Dial again next time, so an upgraded server is seen as such.
+        ctx.pool.evict(&temporal.pool_key);
+        return Err(Error::TemporalServerUnsupported {
+            rpc: None,
+            server_version: server_version.map(str::to_string),
+        });
+    }
     let target = temporal.target(wd, ctx.identity());
     let state = match target.describe().await {
         Ok(s) => s,
@@ -96,7 +108,8 @@ pub async fn observe(
                 Rpc::DescribeWorkerDeployment,
                 format!("{} in Temporal namespace {}", target.name, target.namespace),
                 &status,
-            ));
+            )
+            .on_server(server_version));
         }
     };
     let deployments = crate::children::owned(wd, &ctx.deployments);

