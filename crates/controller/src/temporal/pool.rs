@@ -156,6 +156,16 @@ impl ClientPool {
         crate::metrics::global().dialed(dialed.is_ok());
         let connection = dialed?;
         let server_version = server_version(&connection).await;
+        if let Some(v) = server_version
+            .as_deref()
+            .filter(|v| super::server::too_old(v))
+        {
+            tracing::warn!(
+                address = %key.host_port,
+                "the Temporal server reports version {v}, older than the oldest this controller was tested with ({}); if its Worker Deployment calls answer Unimplemented, WorkerDeployments say TemporalServerUnsupported",
+                super::server::MINIMUM_SERVER_VERSION
+            );
+        }
         if let Ok(mut entries) = self.entries.lock() {
             entries.retain(|k, _| !same_client_older_secret(k, key));
             entries.insert(

@@ -18,7 +18,7 @@ use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
-use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef, server};
+use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef};
 
 /// The spec checks the CRD's validation cannot make.
 pub fn validate(wd: &WorkerDeployment) -> Result<()> {
@@ -88,15 +88,10 @@ pub async fn observe(
     temporal: &Temporal,
     now: SystemTime,
 ) -> Result<Observed> {
+    // The version only names the server in messages: what decides is whether its Worker
+    // Deployment calls answer `Unimplemented` (a managed service may report a version that
+    // does not follow the open-source releases).
     let server_version = temporal.server_version.as_deref();
-    if server_version.is_some_and(server::too_old) {
-        // Dial again next time, so an upgraded server is seen as such.
-        ctx.pool.evict(&temporal.pool_key);
-        return Err(Error::TemporalServerUnsupported {
-            rpc: None,
-            server_version: server_version.map(str::to_string),
-        });
-    }
     let target = temporal.target(wd, ctx.identity());
     let state = match target.describe().await {
         Ok(s) => s,
