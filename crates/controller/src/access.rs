@@ -153,7 +153,7 @@ impl Access {
 
 /// Whether the apiserver lets this identity `verb` `group`/`resource` (or its
 /// `subresource`) in `namespace`.
-async fn may(
+pub async fn may(
     client: &kube::Client,
     group: &str,
     resource: &str,

@@ -12,11 +12,8 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::core::v1::Secret;
-use kube::api::{Api, PartialObjectMeta, PostParams};
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::events::{Recorder, Reporter};
@@ -110,26 +107,10 @@ fn scope_of(scopes: &[Scope], namespace: &str) -> Option<Scope> {
         .cloned()
 }
 
-/// Asks the apiserver whether this identity may `verb` ClusterConnections.
+/// Asks the apiserver whether this identity may `verb` `resource` of `temporal.io`, in every
+/// namespace.
 pub async fn may(client: &Client, verb: &str, resource: &str) -> bool {
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                group: Some(twc_api::GROUP.into()),
-                resource: Some(resource.into()),
-                verb: Some(verb.into()),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
-        .await
-        .ok()
-        .and_then(|r| r.status)
-        .is_some_and(|s| s.allowed)
+    crate::access::may(client, twc_api::GROUP, resource, None, None, verb).await
 }
 
 /// Prepares the controller; `run` it to start. Returns the handle for inspection.
