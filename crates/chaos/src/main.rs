@@ -514,7 +514,7 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
 fn client_secret(run: &Run<'_>) -> anyhow::Result<Secret> {
     let pair = run
         .ca
-        .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(1))?;
+        .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(90))?;
     Ok(serde_json::from_value(json!({
         "metadata": {"name": MTLS_SECRET},
         "type": "kubernetes.io/tls",

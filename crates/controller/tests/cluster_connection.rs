@@ -415,7 +415,7 @@ async fn bad_secrets_are_reported_precisely_and_fixing_them_recovers() -> TestRe
     let ns = w.env.namespace("badsecret").await?;
     w.connection(&ns, "temporal").await;
     let secrets: Api<Secret> = Api::namespaced(client.clone(), &ns);
-    let good = w.mtls_secret(MTLS_SECRET, time::Duration::days(1));
+    let good = w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
     // An Opaque Secret with the key missing (a kubernetes.io/tls one cannot lack it).
     let mut missing_key = good.clone();
     missing_key.type_ = Some("Opaque".into());
@@ -605,7 +605,7 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
     Api::<Secret>::namespaced(client.clone(), &ns)
         .create(
             &Default::default(),
-            &w.mtls_secret(MTLS_SECRET, time::Duration::days(1)),
+            &w.mtls_secret(MTLS_SECRET, time::Duration::days(90)),
         )
         .await?;
     w.worker_deployment(&ns, "w2", by_name("nowhere"), "v1")
@@ -723,7 +723,7 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     Api::<Secret>::namespaced(sc.client.clone(), &ns)
         .create(
             &Default::default(),
-            &sc.w.mtls_secret("temporal-mtls-2", time::Duration::days(1)),
+            &sc.w.mtls_secret("temporal-mtls-2", time::Duration::days(90)),
         )
         .await?;
     sc.api()

@@ -152,17 +152,27 @@ async fn warn_of_certificate_expiry(
     }
     let ns = wd.namespace().unwrap_or_default();
     let secret = resolved.spec.secret_name().unwrap_or_default();
-    let days = not_after
-        .duration_since(now)
-        .map(|d| d.as_secs() / 86400)
-        .unwrap_or_default();
     let note = format!(
-        "the client certificate in Secret {ns}/{secret} (key tls.crt) expires at {}, in {days} day{}; renew it: this controller and the workers use it",
+        "the client certificate in Secret {ns}/{secret} (key tls.crt) expires at {}, {}; renew it: this controller and the workers use it",
         connections::auth::rfc3339(not_after),
-        if days == 1 { "" } else { "s" },
+        time_left(not_after, now),
     );
     ctx.event(wd, EventType::Warning, CERT_EXPIRES_SOON, note)
         .await;
+}
+
+/// "in 3 days", "in 5 hours", "in less than an hour", or "already" for a past `not_after`.
+fn time_left(not_after: SystemTime, now: SystemTime) -> String {
+    let Ok(left) = not_after.duration_since(now) else {
+        return "already".into();
+    };
+    let (days, hours) = (left.as_secs() / 86400, left.as_secs() / 3600);
+    let unit = |n: u64, what: &str| format!("in {n} {what}{}", if n == 1 { "" } else { "s" });
+    match (days, hours) {
+        (0, 0) => "in less than an hour".into(),
+        (0, h) => unit(h, "hour"),
+        (d, _) => unit(d, "day"),
+    }
 }
 
 /// The reason of that Warning.
@@ -398,5 +408,17 @@ mod tests {
         ));
         // Already expired (the dial refuses it, but a pooled client may hold one): warned.
         assert!(certificate_warning_due(now - day, now, None));
+    }
+
+    #[test]
+    fn the_time_left_is_said_in_days_then_hours() {
+        let now = SystemTime::UNIX_EPOCH + Duration::from_secs(2_000_000_000);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(time_left(now + 73 * hour, now), "in 3 days");
+        assert_eq!(time_left(now + 25 * hour, now), "in 1 day");
+        assert_eq!(time_left(now + 23 * hour, now), "in 23 hours");
+        assert_eq!(time_left(now + hour, now), "in 1 hour");
+        assert_eq!(time_left(now + hour / 2, now), "in less than an hour");
+        assert_eq!(time_left(now - hour, now), "already");
     }
 }

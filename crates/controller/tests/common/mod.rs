@@ -131,7 +131,7 @@ impl World {
             .unwrap_or_else(|e| panic!("kubernetes client: {e}"))
     }
 
-    /// A client certificate Secret, valid for a day (or expired, with a negative validity).
+    /// A client certificate Secret valid for `valid_for` (expired, with a negative one).
     pub fn mtls_secret(&self, name: &str, valid_for: time::Duration) -> Secret {
         let pair = self
             .ca
@@ -155,7 +155,7 @@ impl World {
         Api::<Secret>::namespaced(client, &ns)
             .create(
                 &PostParams::default(),
-                &self.mtls_secret(MTLS_SECRET, time::Duration::days(1)),
+                &self.mtls_secret(MTLS_SECRET, time::Duration::days(90)),
             )
             .await
             .unwrap_or_else(|e| panic!("{e}"));
