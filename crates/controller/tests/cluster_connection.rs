@@ -723,7 +723,8 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     Api::<Secret>::namespaced(sc.client.clone(), &ns)
         .create(
             &Default::default(),
-            &sc.w.mtls_secret("temporal-mtls-2", time::Duration::days(90)),
+            &sc.w
+                .mtls_secret("temporal-mtls-2", time::Duration::days(90)),
         )
         .await?;
     sc.api()
