@@ -53,8 +53,8 @@ use temporalio_client::Connection as TemporalConnection;
 use twc_api::{ClusterConnection, Connection, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, target_build_id};
 use twc_controller::temporal::{self, DeploymentState};
+use twc_testenv::controller::Controller;
 use twc_testenv::pki::{Ca, Usage};
-use twc_testenv::process::{ChildProcess, Spec};
 use twc_testenv::tls_proxy::TlsProxy;
 use twc_testenv::{LocalImage, Options, TemporalOptions, TestEnv};
 
@@ -246,10 +246,7 @@ async fn main() -> anyhow::Result<()> {
     let worker = twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
     env.pod_runner
         .register_image(IMAGE, LocalImage::new(worker));
-    let controllers = Mutex::new([
-        Replica::start(&env, &dir, 0)?,
-        Replica::start(&env, &dir, 1)?,
-    ]);
+    let controllers = Mutex::new([start_replica(&env, &dir, 0)?, start_replica(&env, &dir, 1)?]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
     let ca = Ca::new("chaos-ca")?;
@@ -333,52 +330,25 @@ async fn main() -> anyhow::Result<()> {
     Ok(())
 }
 
-/// One controller replica: the `twc` binary with leader election.
-struct Replica {
-    process: ChildProcess,
-    addr: String,
-}
+/// One controller replica: the `twc` binary with leader election, on short lease timings.
+type Replica = Controller;
 
-impl Replica {
-    fn start(env: &TestEnv, dir: &Path, i: usize) -> anyhow::Result<Self> {
-        let bin = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")?;
-        let addr = format!("127.0.0.1:{}", twc_testenv::process::free_port()?);
-        let mut spec = Spec::new(
-            format!("controller-{i}"),
-            bin,
-            dir.join(format!("controller-{i}.log")),
-        )
-        .args([
-            "run",
-            "--identity",
-            IDENTITY,
-            "--fast-poll-seconds",
-            "1",
-            "--steady-poll-seconds",
-            "10",
-            "--leader-elect",
-            "--leader-election-namespace",
-            "default",
-            "--leader-election-lease-seconds",
-            "6",
-            "--leader-election-renew-deadline-seconds",
-            "4",
-            "--leader-election-retry-seconds",
-            "1",
-            "--metrics-bind-address",
-            &addr,
-            "--health-probe-bind-address",
-            &addr,
-        ]);
-        spec.env.push((
-            "KUBECONFIG".into(),
-            env.control_plane.kubeconfig_path.display().to_string(),
-        ));
-        Ok(Self {
-            process: ChildProcess::start(&spec)?,
-            addr,
-        })
-    }
+fn start_replica(env: &TestEnv, dir: &Path, i: usize) -> anyhow::Result<Replica> {
+    let lease = [
+        "--leader-election-lease-seconds",
+        "6",
+        "--leader-election-renew-deadline-seconds",
+        "4",
+        "--leader-election-retry-seconds",
+        "1",
+    ];
+    Ok(Controller::start_named(
+        env,
+        dir,
+        &format!("controller-{i}"),
+        IDENTITY,
+        &lease,
+    )?)
 }
 
 /// The replica that leads with its caches synced, from `/readyz`.

@@ -128,12 +128,16 @@ impl Access {
         for ((resource, namespace), group) in lost {
             let mut allowed = true;
             for verb in verbs(resource) {
-                allowed &= may(client, group, resource, None, namespace.as_deref(), verb).await;
+                allowed &= may(client, group, resource, None, namespace.as_deref(), verb)
+                    .await
+                    .unwrap_or(false);
             }
             // The kinds whose status it writes.
             if group == twc_api::GROUP {
                 let ns = namespace.as_deref();
-                allowed &= may(client, group, resource, Some("status"), ns, "patch").await;
+                allowed &= may(client, group, resource, Some("status"), ns, "patch")
+                    .await
+                    .unwrap_or(false);
             }
             if allowed && let Ok(mut l) = self.lost.lock() {
                 l.remove(&(resource, namespace));
@@ -152,7 +156,7 @@ impl Access {
 }
 
 /// Whether the apiserver lets this identity `verb` `group`/`resource` (or its
-/// `subresource`) in `namespace`.
+/// `subresource`) in `namespace` (`None`: every namespace), by SelfSubjectAccessReview.
 pub async fn may(
     client: &kube::Client,
     group: &str,
@@ -160,7 +164,7 @@ pub async fn may(
     subresource: Option<&str>,
     namespace: Option<&str>,
     verb: &str,
-) -> bool {
+) -> Result<bool, kube::Error> {
     let review = SelfSubjectAccessReview {
         spec: SelfSubjectAccessReviewSpec {
             resource_attributes: Some(ResourceAttributes {
@@ -175,12 +179,10 @@ pub async fn may(
         },
         ..Default::default()
     };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
+    let review = Api::<SelfSubjectAccessReview>::all(client.clone())
         .create(&PostParams::default(), &review)
-        .await
-        .ok()
-        .and_then(|r| r.status)
-        .is_some_and(|s| s.allowed)
+        .await?;
+    Ok(review.status.is_some_and(|s| s.allowed))
 }
 
 #[cfg(test)]

@@ -110,7 +110,9 @@ fn scope_of(scopes: &[Scope], namespace: &str) -> Option<Scope> {
 /// Asks the apiserver whether this identity may `verb` `resource` of `temporal.io`, in every
 /// namespace.
 pub async fn may(client: &Client, verb: &str, resource: &str) -> bool {
-    crate::access::may(client, twc_api::GROUP, resource, None, None, verb).await
+    crate::access::may(client, twc_api::GROUP, resource, None, None, verb)
+        .await
+        .unwrap_or(false)
 }
 
 /// Prepares the controller; `run` it to start. Returns the handle for inspection.

@@ -15,16 +15,11 @@ use std::time::Duration;
 
 use common::*;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
-use k8s_openapi::api::authorization::v1::{
-    ResourceAttributes, SelfSubjectAccessReview, SelfSubjectAccessReviewSpec,
-};
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Namespace, Pod};
 use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-use twc_testenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use twc_testenv::process::{ChildProcess, Spec, free_port};
 use twc_testenv::wait_for;
 
@@ -70,25 +65,6 @@ async fn shell(kubeconfig: &Path, script: &str) -> String {
     stdout
 }
 
-/// A one-hour token of the ServiceAccount `NS/SA`.
-async fn token(admin: &Client) -> String {
-    let request = TokenRequest {
-        spec: TokenRequestSpec {
-            audiences: vec!["https://kubernetes.default.svc.cluster.local".into()],
-            expiration_seconds: Some(3600),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<ServiceAccount>::namespaced(admin.clone(), NS)
-        .create_token_request(SA, &PostParams::default(), &request)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .status
-        .map(|s| s.token)
-        .unwrap_or_else(|| panic!("no token"))
-}
-
 /// Whether the caller of `client` may `verb` `group/resource[/subresource]` (in `namespace`).
 async fn may(
     client: &Client,
@@ -98,29 +74,12 @@ async fn may(
     namespace: Option<&str>,
 ) -> bool {
     let (resource, subresource) = match resource.split_once('/') {
-        Some((r, s)) => (r, Some(s.to_string())),
+        Some((r, s)) => (r, Some(s)),
         None => (resource, None),
     };
-    let review = SelfSubjectAccessReview {
-        spec: SelfSubjectAccessReviewSpec {
-            resource_attributes: Some(ResourceAttributes {
-                verb: Some(verb.into()),
-                group: Some(group.into()),
-                resource: Some(resource.into()),
-                subresource,
-                namespace: namespace.map(str::to_string),
-                ..Default::default()
-            }),
-            ..Default::default()
-        },
-        ..Default::default()
-    };
-    Api::<SelfSubjectAccessReview>::all(client.clone())
-        .create(&PostParams::default(), &review)
+    twc_controller::access::may(client, group, resource, subresource, namespace, verb)
         .await
-        .unwrap_or_else(|e| panic!("{e}"))
-        .status
-        .is_some_and(|s| s.allowed)
+        .unwrap_or_else(|e| panic!("SelfSubjectAccessReview {verb} {group}/{resource}: {e}"))
 }
 
 /// The controller container of `config/deploy/deployment.yaml`.
@@ -130,24 +89,9 @@ fn deployment() -> Value {
     serde_yaml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
 }
 
-/// A control plane of its own (the install's names are cluster-wide), logs in `<log dir>/<name>`.
-async fn control_plane(name: &str) -> Result<(ControlPlane, PathBuf), Box<dyn std::error::Error>> {
-    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join(name))?;
-    let cp = ControlPlane::start(
-        &ControlPlaneOptions {
-            controller_manager: false,
-            ..Default::default()
-        },
-        &dir,
-    )
-    .await?;
-    Ok((cp, dir))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_namespace_scoped_rbac_grants_the_watched_namespaces_only() -> TestResult {
-    let (cp, _dir) = control_plane("install-namespaced").await?;
-    let admin = cp.client().await?;
+    let (cp, _dir) = own_control_plane("install-namespaced").await?;
     let kubeconfig = &cp.kubeconfig_path;
     shell(
         kubeconfig,
@@ -160,7 +104,9 @@ async fn the_namespace_scoped_rbac_grants_the_watched_namespaces_only() -> TestR
         ),
     )
     .await;
-    let sa = cp.client_with_token(&token(&admin).await).await?;
+    let sa = cp
+        .client_with_token(&cp.service_account_token(NS, SA).await?)
+        .await?;
     for ns in ["team-a", "team-b"] {
         for (verb, group, resource) in [
             ("list", "temporal.io", "workerdeployments"),
@@ -206,7 +152,7 @@ async fn the_namespace_scoped_rbac_grants_the_watched_namespaces_only() -> TestR
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
-    let (cp, dir) = control_plane("install").await?;
+    let (cp, dir) = own_control_plane("install").await?;
     let admin = cp.client().await?;
     let kubeconfig = &cp.kubeconfig_path;
 
@@ -252,7 +198,7 @@ async fn the_documented_install_without_helm_runs_a_controller() -> TestResult {
         .map_err(|e| format!("the controller's pod is refused: {e}"))?;
 
     // What the controller does, asked with the ServiceAccount's own token.
-    let token = token(&admin).await;
+    let token = cp.service_account_token(NS, SA).await?;
     let sa = cp.client_with_token(&token).await?;
     let tenant = Some(TENANT);
     let ns = Some(NS);

@@ -18,7 +18,6 @@ use k8s_openapi::api::coordination::v1::Lease;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use twc_api::WorkerDeployment;
-use twc_testenv::control_plane::{ControlPlane, ControlPlaneOptions};
 use twc_testenv::process::{ChildProcess, Spec, free_port};
 use twc_testenv::wait_for;
 
@@ -291,15 +290,7 @@ async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readyz_waits_for_the_crds_without_a_restart() -> TestResult {
     // A control plane of its own: the shared one has the CRDs installed.
-    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join("no-crds"))?;
-    let cp = ControlPlane::start(
-        &ControlPlaneOptions {
-            controller_manager: false,
-            ..Default::default()
-        },
-        &dir,
-    )
-    .await?;
+    let (cp, _dir) = own_control_plane("no-crds").await?;
     let mut replica = start_replica(
         "readyz",
         &cp.kubeconfig_path,

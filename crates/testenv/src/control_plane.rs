@@ -351,6 +351,17 @@ impl ControlPlane {
         namespace: &str,
         name: &str,
     ) -> Result<Client, Error> {
+        let token = self.service_account_token(namespace, name).await?;
+        self.client_with_token(&token).await
+    }
+
+    /// A one-hour token (TokenRequest API) of ServiceAccount `namespace/name`, created if
+    /// missing.
+    pub async fn service_account_token(
+        &self,
+        namespace: &str,
+        name: &str,
+    ) -> Result<String, Error> {
         let admin = self.client().await?;
         let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
         if sas.get_opt(name).await?.is_none() {
@@ -381,7 +392,7 @@ impl ControlPlane {
             .status
             .map(|s| s.token)
             .ok_or_else(|| Error::Other("TokenRequest returned no token".into()))?;
-        self.client_with_token(&token).await
+        Ok(token)
     }
 
     /// Creates a Kubernetes namespace `<prefix>-<random>` and returns its name.

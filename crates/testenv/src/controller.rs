@@ -17,24 +17,38 @@ pub struct Controller {
 impl Controller {
     /// Starts `twc run` against `env` as `identity`, logging to `dir/controller.log`.
     pub fn start(env: &TestEnv, dir: &Path, identity: &str) -> Result<Self, Error> {
+        Self::start_named(env, dir, "controller", identity, &[])
+    }
+
+    /// The same as process `name` (log `dir/<name>.log`), with `extra` arguments for
+    /// `twc run`.
+    pub fn start_named(
+        env: &TestEnv,
+        dir: &Path,
+        name: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Result<Self, Error> {
         let bin = crate::paths::workspace_binary("temporal-worker-controller", "twc")?;
         let addr = format!("127.0.0.1:{}", crate::process::free_port()?);
-        let mut spec = Spec::new("controller", bin, dir.join("controller.log")).args([
-            "run",
-            "--identity",
-            identity,
-            "--fast-poll-seconds",
-            "1",
-            "--steady-poll-seconds",
-            "10",
-            "--leader-elect",
-            "--leader-election-namespace",
-            "default",
-            "--metrics-bind-address",
-            &addr,
-            "--health-probe-bind-address",
-            &addr,
-        ]);
+        let mut spec = Spec::new(name, bin, dir.join(format!("{name}.log")))
+            .args([
+                "run",
+                "--identity",
+                identity,
+                "--fast-poll-seconds",
+                "1",
+                "--steady-poll-seconds",
+                "10",
+                "--leader-elect",
+                "--leader-election-namespace",
+                "default",
+                "--metrics-bind-address",
+                &addr,
+                "--health-probe-bind-address",
+                &addr,
+            ])
+            .args(extra.iter().copied());
         spec.env.push((
             "KUBECONFIG".into(),
             env.control_plane.kubeconfig_path.display().to_string(),

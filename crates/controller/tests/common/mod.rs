@@ -744,3 +744,24 @@ pub async fn http_get_as(
     let body = raw.split_once("\r\n\r\n").map(|(_, b)| b).unwrap_or("");
     Ok((status, body.to_string()))
 }
+
+/// A control plane of its own (no kube-controller-manager), logs in `<log dir>/<name>`: for
+/// tests whose objects are cluster-wide or that need an apiserver without the CRDs.
+pub async fn own_control_plane(
+    name: &str,
+) -> Result<
+    (twc_testenv::control_plane::ControlPlane, std::path::PathBuf),
+    Box<dyn std::error::Error>,
+> {
+    use twc_testenv::control_plane::{ControlPlane, ControlPlaneOptions};
+    let dir = twc_testenv::fresh_dir(&twc_testenv::paths::log_dir().join(name))?;
+    let cp = ControlPlane::start(
+        &ControlPlaneOptions {
+            controller_manager: false,
+            ..Default::default()
+        },
+        &dir,
+    )
+    .await?;
+    Ok((cp, dir))
+}
