@@ -70,9 +70,25 @@ struct RunArgs {
     /// Poll interval while a rollout moves, in seconds.
     #[arg(long, env = "TWC_FAST_POLL_SECONDS", default_value_t = 2)]
     fast_poll_seconds: u64,
-    /// Poll interval when nothing moves, in seconds.
+    /// Poll interval when nothing moves, in seconds; also how old a Temporal namespace's
+    /// ListWorkerDeployments may get before it is listed again.
     #[arg(long, env = "TWC_STEADY_POLL_SECONDS", default_value_t = 60)]
     steady_poll_seconds: u64,
+    /// Poll interval while older versions drain, in seconds. Temporal refreshes drainage
+    /// every 3 minutes by default (matching.wv.VersionDrainageStatusRefreshInterval); set it
+    /// to that server setting.
+    #[arg(long, env = "TWC_DRAINAGE_POLL_SECONDS", default_value_t = 180)]
+    drainage_poll_seconds: u64,
+    /// Worker Deployment reads (DescribeWorkerDeployment, DescribeWorkerDeploymentVersion,
+    /// ListWorkerDeployments) per second per Temporal namespace. Keep it under the server's
+    /// frontend.globalNamespaceWorkerDeploymentReadRPS (50 by default), which every client of
+    /// the namespace shares.
+    #[arg(long, env = "TWC_TEMPORAL_READ_RPS", default_value_t = twc_controller::temporal::reads::DEFAULT_READ_RATE, value_parser = positive_rate)]
+    temporal_read_rps: f64,
+    /// How many Worker Deployment reads may go at once after a quiet spell, per Temporal
+    /// namespace.
+    #[arg(long, env = "TWC_TEMPORAL_READ_BURST", default_value_t = twc_controller::temporal::reads::DEFAULT_READ_BURST, value_parser = clap::value_parser!(u32).range(1..))]
+    temporal_read_burst: u32,
     /// Do not create a new version while this many versions cannot be deleted (75% of the
     /// server's matching.maxVersionsInDeployment, 100 by default).
     #[arg(
@@ -235,6 +251,9 @@ fn main() -> anyhow::Result<()> {
                 take_over_identity,
                 fast_poll_seconds,
                 steady_poll_seconds,
+                drainage_poll_seconds,
+                temporal_read_rps,
+                temporal_read_burst,
                 max_undeletable_versions,
                 rollback_window_seconds,
                 wrt_allowed_kinds,
@@ -284,6 +303,12 @@ fn main() -> anyhow::Result<()> {
                     intervals: twc_controller::config::Intervals {
                         moving: Duration::from_secs(fast_poll_seconds.max(1)),
                         steady: Duration::from_secs(steady_poll_seconds.max(1)),
+                        drainage: Duration::from_secs(drainage_poll_seconds.max(1)),
+                    },
+                    reads: twc_controller::temporal::reads::ReadConfig {
+                        rate: temporal_read_rps,
+                        burst: temporal_read_burst,
+                        ..Default::default()
                     },
                     limits: twc_controller::config::Limits {
                         max_undeletable_versions,
@@ -346,6 +371,16 @@ async fn default_identity(client: &Client, prefix: &str) -> anyhow::Result<Strin
 }
 
 /// The namespace this pod runs in, for the Lease.
+/// A read rate: a positive number of reads per second.
+fn positive_rate(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(r) if r.is_finite() && r > 0.0 => Ok(r),
+        _ => Err(format!(
+            "{s:?} is not a positive number of reads per second"
+        )),
+    }
+}
+
 fn own_namespace() -> String {
     std::env::var("POD_NAMESPACE")
         .ok()

@@ -140,7 +140,7 @@ fn main() -> anyhow::Result<()> {
             controller_client,
             Config {
                 identity: "twc-bench".into(),
-                intervals: Intervals { moving: Duration::from_secs(2), steady: Duration::from_secs(600) },
+                intervals: Intervals { moving: Duration::from_secs(2), steady: Duration::from_secs(600), ..Default::default() },
                 ..Default::default()
             },
         )

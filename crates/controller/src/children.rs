@@ -12,6 +12,32 @@ use twc_api::WorkerDeployment;
 use crate::plan::{ObservedDeployment, deployment::is_owned_by};
 use crate::scoped::Scoped;
 
+/// Keeps of a versioned Deployment's pod template only what [`observe`] reads (its
+/// annotations and the `TEMPORAL_NAMESPACE` of each container), before the watch cache stores
+/// it: a template is most of a Deployment. What needs the whole template (moving an older
+/// version to a new connection) reads the Deployment from the apiserver.
+pub fn trim(d: &mut Deployment) {
+    let Some(pod) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) else {
+        return;
+    };
+    let containers = std::mem::take(&mut pod.containers)
+        .into_iter()
+        .map(|c| k8s_openapi::api::core::v1::Container {
+            env: c.env.map(|env| {
+                env.into_iter()
+                    .filter(|e| e.name == "TEMPORAL_NAMESPACE")
+                    .collect()
+            }),
+            name: c.name,
+            ..Default::default()
+        })
+        .collect();
+    *pod = k8s_openapi::api::core::v1::PodSpec {
+        containers,
+        ..Default::default()
+    };
+}
+
 /// The versioned Deployments `wd` controls (not being deleted), by build ID.
 pub fn owned(
     wd: &WorkerDeployment,
@@ -92,4 +118,51 @@ fn injected_namespace(template: &k8s_openapi::api::core::v1::PodTemplateSpec) ->
         .flat_map(|c| c.env.iter().flatten())
         .find(|e| e.name == "TEMPORAL_NAMESPACE")
         .and_then(|e| e.value.clone())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn a_trimmed_deployment_is_observed_as_the_whole_one() {
+        let wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "w", "namespace": "ns", "uid": "uid-1"},
+            "spec": {
+                "template": {"spec": {
+                    "containers": [{"name": "worker", "image": "w:v1",
+                        "env": [{"name": "A", "value": "1"}],
+                        "volumeMounts": [{"name": "data", "mountPath": "/data"}]}],
+                    "volumes": [{"name": "data", "emptyDir": {}}]
+                }},
+                "rollout": {"strategy": "AllAtOnce"},
+                "sunset": {},
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "tns"}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let conn = twc_api::ConnectionSpec {
+            host_port: "h:7233".into(),
+            ..Default::default()
+        };
+        let whole = crate::plan::deployment::versioned_deployment(&wd, "b1", &conn);
+        let mut trimmed = whole.clone();
+        trim(&mut trimmed);
+        let size = |d: &Deployment| serde_json::to_vec(d).map(|v| v.len()).unwrap_or(0);
+        assert!(
+            size(&trimmed) < size(&whole),
+            "{} of {}",
+            size(&trimmed),
+            size(&whole)
+        );
+        let pod = trimmed.spec.as_ref().and_then(|s| s.template.spec.as_ref());
+        assert!(pod.is_some_and(|p| p.volumes.is_none() && p.containers[0].image.is_none()));
+        let seen = observe(&trimmed);
+        assert_eq!(seen, observe(&whole));
+        let seen = seen.unwrap_or_else(|| panic!("not observed"));
+        assert_eq!(seen.temporal_namespace.as_deref(), Some("tns"));
+        assert!(seen.connection_hash.is_some() && seen.template_digest.is_some());
+    }
 }

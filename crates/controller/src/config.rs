@@ -6,8 +6,13 @@ use std::time::Duration;
 /// How often Temporal is polled: fast while a rollout moves, slowly when steady.
 #[derive(Clone, Copy, Debug)]
 pub struct Intervals {
+    /// While a rollout moves (waiting for pollers, after a routing change).
     pub moving: Duration,
+    /// At rest, and the age at which a namespace's listing is refreshed.
     pub steady: Duration,
+    /// While older versions drain: Temporal refreshes drainage every 3 minutes by default
+    /// (`matching.wv.VersionDrainageStatusRefreshInterval`), so reading faster sees nothing new.
+    pub drainage: Duration,
 }
 
 impl Default for Intervals {
@@ -15,9 +20,13 @@ impl Default for Intervals {
         Self {
             moving: Duration::from_secs(2),
             steady: Duration::from_secs(60),
+            drainage: DRAINAGE_POLL,
         }
     }
 }
+
+/// The default [`Intervals::drainage`]: Temporal's default drainage refresh interval.
+pub const DRAINAGE_POLL: Duration = Duration::from_secs(180);
 
 /// By default, a version that was current this recently is restored at once (no ramp, no
 /// gate): [`Limits::rollback_window`].

@@ -29,6 +29,7 @@ use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
+use crate::temporal::reads::{ReadConfig, Reads};
 use crate::workerdeployment;
 
 /// How the controller runs.
@@ -51,6 +52,8 @@ pub struct Config {
     pub limits: Limits,
     /// Kinds a WorkerResourceTemplate may render (case-insensitive; empty: none).
     pub wrt_allowed_kinds: Vec<String>,
+    /// The read budget per Temporal namespace (`list_every` follows `intervals.steady`).
+    pub reads: ReadConfig,
 }
 
 impl Default for Config {
@@ -67,6 +70,7 @@ impl Default for Config {
                 .iter()
                 .map(|k| k.to_string())
                 .collect(),
+            reads: ReadConfig::default(),
         }
     }
 }
@@ -303,6 +307,17 @@ impl ScopeCaches {
     }
 }
 
+/// Drops what no cache reader looks at before an object is stored: `managedFields` (often
+/// larger than the rest of the object) and kubectl's copy of the last applied manifest (the
+/// whole spec again). With thousands of WorkerDeployments this is most of the memory.
+fn trim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
 /// One kind's stores across every scope.
 fn scoped<K>(caches: &[ScopeCaches], store: impl Fn(&ScopeCaches) -> &Store<K>) -> Scoped<K>
 where
@@ -394,6 +409,22 @@ async fn run_controllers(
         streaks: Default::default(),
         cert_warned: Default::default(),
         own: Default::default(),
+        reads: {
+            // A worker deployment whose listing changed is reconciled at once.
+            let s = senders.clone();
+            let wake: crate::temporal::reads::Wake = Arc::new(move |name: &str| {
+                if let Some((ns, wd)) = name.split_once('/') {
+                    s.workers([(ns.to_string(), wd.to_string())]);
+                }
+            });
+            Reads::new(
+                ReadConfig {
+                    list_every: config.intervals.steady,
+                    ..config.reads
+                },
+                Some(wake),
+            )
+        },
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),
@@ -421,6 +452,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw("", "secrets", sc.as_deref(), item)
@@ -456,6 +488,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw(twc_api::GROUP, "connections", sc.as_deref(), item)
@@ -507,6 +540,8 @@ async fn run_controllers(
             watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
+        .modify(trim)
+        .modify(crate::children::trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw("apps", "deployments", sc.as_deref(), item)
@@ -535,6 +570,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw(twc_api::GROUP, "workerdeployments", sc.as_deref(), item)
@@ -606,6 +642,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| {
@@ -649,6 +686,7 @@ async fn run_controllers(
             watcher::Config::default(),
         )
         .default_backoff()
+        .modify(trim)
         .inspect({
             let access = access.clone();
             move |item| access.saw(twc_api::GROUP, "clusterconnections", None, item)

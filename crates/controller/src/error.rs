@@ -344,6 +344,7 @@ mod tests {
         Intervals {
             moving: Duration::from_secs(2),
             steady: Duration::from_secs(60),
+            drainage: Duration::from_secs(180),
         }
     }
 

@@ -37,6 +37,16 @@ struct RpcNameLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PriorityLabels {
+    priority: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct BuildLabels {
     version: String,
     commit: String,
@@ -105,6 +115,8 @@ pub struct Metrics {
     in_flight: Family<ControllerLabels, Gauge>,
     rpcs: Family<RpcLabels, Counter>,
     rpc_duration: HistogramFamily<RpcNameLabels>,
+    budget_wait: HistogramFamily<PriorityLabels>,
+    state_reads: Family<SourceLabels, Counter>,
     dials: Family<DialLabels, Counter>,
     cert_expiry: Family<SecretLabels, Gauge>,
     versions: Family<VersionLabels, Gauge>,
@@ -131,6 +143,8 @@ impl Metrics {
             in_flight: Family::default(),
             rpcs: Family::default(),
             rpc_duration: Family::new_with_constructor(seconds_histogram),
+            budget_wait: Family::new_with_constructor(seconds_histogram),
+            state_reads: Family::default(),
             dials: Family::default(),
             cert_expiry: Family::default(),
             versions: Family::default(),
@@ -169,6 +183,16 @@ impl Metrics {
             "temporal_rpc_duration_seconds",
             "Latency of Temporal RPCs, by RPC",
             m.rpc_duration.clone(),
+        );
+        registry.register(
+            "temporal_read_budget_wait_seconds",
+            "Time a Worker Deployment read waited for the read budget of its Temporal namespace, by priority (moving or steady)",
+            m.budget_wait.clone(),
+        );
+        registry.register(
+            "temporal_state_reads",
+            "How a reconcile got its worker deployment's state: described (read from Temporal) or reused (the last read, which the namespace's listing still agrees with)",
+            m.state_reads.clone(),
         );
         registry.register(
             "temporal_client_dials",
@@ -267,6 +291,21 @@ impl Metrics {
         self.rpc_duration
             .get_or_create(&RpcNameLabels { rpc })
             .observe(took.as_secs_f64());
+    }
+
+    /// Records how long a read waited for the budget.
+    pub fn read_budget_waited(&self, priority: &'static str, waited: Duration) {
+        self.budget_wait
+            .get_or_create(&PriorityLabels { priority })
+            .observe(waited.as_secs_f64());
+    }
+
+    /// Counts a state described (`reused == false`) or reused.
+    pub fn state_read(&self, reused: bool) {
+        let source = if reused { "reused" } else { "described" };
+        self.state_reads
+            .get_or_create(&SourceLabels { source })
+            .inc();
     }
 
     /// Counts a client dial.

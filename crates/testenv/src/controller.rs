@@ -40,6 +40,9 @@ impl Controller {
                 "1",
                 "--steady-poll-seconds",
                 "10",
+                // The test servers refresh drainage every second.
+                "--drainage-poll-seconds",
+                "1",
                 "--leader-elect",
                 "--leader-election-namespace",
                 "default",

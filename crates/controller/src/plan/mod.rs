@@ -3,6 +3,7 @@
 
 pub mod build_id;
 pub mod deployment;
+pub mod pace;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
@@ -150,6 +151,32 @@ pub struct Plan {
     pub kept: Vec<Kept>,
     /// Something is in motion: poll Temporal fast.
     pub moving: bool,
+    /// The earliest time this plan changes by itself, with nothing else changing: a ramp
+    /// step's end, a sunset delay's.
+    pub wake_at: Option<SystemTime>,
+}
+
+impl Plan {
+    /// Whether carrying the plan out writes to Temporal.
+    pub fn writes_temporal(&self) -> bool {
+        self.routing.is_some()
+            || self.claim_manager
+            || !self.start_gates.is_empty()
+            || !self.delete_versions.is_empty()
+    }
+
+    /// Whether the plan must be made on a state just read, not a reused one: it writes to
+    /// Temporal, or it stops or deletes a version's workers (whose pinned workflows may have
+    /// come back since the last read).
+    pub fn needs_fresh_state(&self) -> bool {
+        self.writes_temporal()
+            || !self.delete_deployments.is_empty()
+            || self.scale.iter().any(|(_, r)| *r == 0)
+    }
+
+    fn wake(&mut self, at: SystemTime) {
+        self.wake_at = Some(self.wake_at.map_or(at, |t| t.min(at)));
+    }
 }
 
 /// A version left as it is, and why.
@@ -197,7 +224,7 @@ impl std::fmt::Display for Kept {
     }
 }
 
-fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatus {
+pub(crate) fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatus {
     state
         .versions
         .get(build_id)
@@ -429,8 +456,10 @@ pub fn plan_with(
                         plan.scale.push((d.name.clone(), 0));
                     }
                     plan.moving |= delete_after.saturating_sub(age) < Duration::from_secs(120);
+                    plan.wake(since + delete_after);
                 } else {
                     plan.moving |= scaledown.saturating_sub(age) < Duration::from_secs(120);
+                    plan.wake(since + scaledown);
                 }
             }
         }
@@ -554,10 +583,7 @@ fn routing(
     // New work only to a version whose workers are up: Available alone is not enough (a
     // Deployment scaled to zero is Available with no pod, and a rollback scales it up in the
     // same reconcile).
-    let workers_up = observed.deployments.get(target).is_some_and(|d| {
-        d.available_since.is_some() && d.ready_replicas > 0 && d.spec_replicas != Some(0)
-    });
-    if !workers_up {
+    if !workers_up(&observed.deployments, target) {
         return None;
     }
     let change = if state.current_build_id.as_deref() == Some(target) {
@@ -586,11 +612,11 @@ fn routing(
             (RolloutStrategyKind::Progressive, false)
                 if state.ramping_build_id.as_deref() == Some(target) =>
             {
-                progressive(wd, target, state, now)
+                progressive(wd, target, state, now, plan)
             }
             (RolloutStrategyKind::Progressive, false) => {
                 match observed.target.unversioned_pollers {
-                    Some(true) => progressive(wd, target, state, now),
+                    Some(true) => progressive(wd, target, state, now, plan),
                     Some(false) => Some(Routing::SetCurrent(target.to_string())),
                     None => None,
                 }
@@ -598,7 +624,7 @@ fn routing(
             (_, false) | (RolloutStrategyKind::AllAtOnce, true) => {
                 Some(Routing::SetCurrent(target.to_string()))
             }
-            (RolloutStrategyKind::Progressive, true) => progressive(wd, target, state, now),
+            (RolloutStrategyKind::Progressive, true) => progressive(wd, target, state, now, plan),
             (RolloutStrategyKind::Manual, true) => None,
         }
     };
@@ -611,6 +637,14 @@ fn routing(
         return None;
     }
     change
+}
+
+/// Whether `build`'s workers are up: Available alone is not enough (a Deployment scaled to
+/// zero is Available with no pod).
+pub fn workers_up(deployments: &BTreeMap<String, ObservedDeployment>, build: &str) -> bool {
+    deployments.get(build).is_some_and(|d| {
+        d.available_since.is_some() && d.ready_replicas > 0 && d.spec_replicas != Some(0)
+    })
 }
 
 /// Whether routing to `target` is a rollback: it was current within `window`.
@@ -660,6 +694,7 @@ fn progressive(
     target: &str,
     state: &DeploymentState,
     now: SystemTime,
+    plan: &mut Plan,
 ) -> Option<Routing> {
     let steps = &wd.spec.rollout.steps;
     let first = steps.first()?;
@@ -686,6 +721,7 @@ fn progressive(
     let pause = twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
     let since = state.ramp_changed_at.unwrap_or(now);
     if now.duration_since(since).unwrap_or_default() < pause {
+        plan.wake(since + pause);
         return None;
     }
     match steps.get(index + 1) {

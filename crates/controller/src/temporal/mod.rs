@@ -3,6 +3,7 @@
 
 pub mod gates;
 pub mod pool;
+pub mod reads;
 pub mod server;
 
 use std::collections::BTreeMap;
@@ -15,8 +16,9 @@ use temporalio_common::protos::temporal::api::enums::v1::{
 };
 use temporalio_common::protos::temporal::api::workflowservice::v1::{
     DeleteWorkerDeploymentRequest, DeleteWorkerDeploymentVersionRequest,
-    DescribeWorkerDeploymentRequest, SetWorkerDeploymentCurrentVersionRequest,
-    SetWorkerDeploymentManagerRequest, SetWorkerDeploymentRampingVersionRequest,
+    DescribeWorkerDeploymentRequest, ListWorkerDeploymentsRequest,
+    SetWorkerDeploymentCurrentVersionRequest, SetWorkerDeploymentManagerRequest,
+    SetWorkerDeploymentRampingVersionRequest,
     set_worker_deployment_manager_request::NewManagerIdentity,
 };
 use twc_api::VersionStatus;
@@ -48,7 +50,103 @@ pub struct DeploymentState {
     pub manager_identity: String,
     pub last_modifier_identity: String,
     pub versions: BTreeMap<String, VersionInfo>,
+    /// When the routing last changed, as the routing config says it (with the ramp times
+    /// above, what [`Listed`] is compared on).
+    pub routing: RoutingMark,
 }
+
+/// What marks a routing config: its revision (0 on servers that do not count) and when its
+/// current version last changed. Two reads with the same mark saw the same routing.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RoutingMark {
+    pub revision: i64,
+    pub current_changed_at: Option<SystemTime>,
+}
+
+/// One worker deployment as `ListWorkerDeployments` summarises it: enough to tell whether a
+/// state read earlier is still what Temporal holds, not enough to plan with.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Listed {
+    pub current_build_id: Option<String>,
+    pub ramping_build_id: Option<String>,
+    pub ramp_percentage: f32,
+    pub ramping_since: Option<SystemTime>,
+    pub ramp_changed_at: Option<SystemTime>,
+    pub routing: RoutingMark,
+    /// The version added most recently (a new version registers as the latest).
+    pub latest_build_id: Option<String>,
+}
+
+impl Listed {
+    /// Whether `state`, read before this summary was listed, still holds: the same routing,
+    /// and no version registered that it does not know. What the summary cannot show (the
+    /// drainage of older versions, the manager identity) is paced separately.
+    pub fn agrees_with(&self, state: &DeploymentState) -> bool {
+        state.exists
+            && self.current_build_id == state.current_build_id
+            && self.ramping_build_id == state.ramping_build_id
+            && self.ramp_percentage.to_bits() == state.ramp_percentage.to_bits()
+            && self.ramping_since == state.ramping_since
+            && self.ramp_changed_at == state.ramp_changed_at
+            && self.routing == state.routing
+            && self
+                .latest_build_id
+                .as_ref()
+                .is_none_or(|b| state.versions.contains_key(b))
+    }
+}
+
+/// Every worker deployment of a Temporal namespace by name, from one paged
+/// `ListWorkerDeployments`.
+pub async fn list(
+    conn: &Connection,
+    namespace: &str,
+) -> Result<std::collections::HashMap<String, Listed>, Status> {
+    let mut svc = conn.workflow_service();
+    let mut out = std::collections::HashMap::new();
+    let mut token = Vec::new();
+    loop {
+        let resp = crate::metrics::rpc(
+            "ListWorkerDeployments",
+            svc.list_worker_deployments(tonic::Request::new(ListWorkerDeploymentsRequest {
+                namespace: namespace.to_string(),
+                page_size: LIST_PAGE_SIZE,
+                next_page_token: token,
+            })),
+        )
+        .await?
+        .into_inner();
+        for d in resp.worker_deployments {
+            let routing = d.routing_config.unwrap_or_default();
+            let build = |v: &Option<PbVersion>| v.as_ref().map(|v| v.build_id.clone());
+            out.insert(
+                d.name,
+                Listed {
+                    current_build_id: build(&routing.current_deployment_version),
+                    ramping_build_id: build(&routing.ramping_deployment_version),
+                    ramp_percentage: routing.ramping_version_percentage,
+                    ramping_since: time(&routing.ramping_version_changed_time),
+                    ramp_changed_at: time(&routing.ramping_version_percentage_changed_time),
+                    routing: RoutingMark {
+                        revision: routing.revision_number,
+                        current_changed_at: time(&routing.current_version_changed_time),
+                    },
+                    latest_build_id: d
+                        .latest_version_summary
+                        .and_then(|v| v.deployment_version)
+                        .map(|v| v.build_id),
+                },
+            );
+        }
+        if resp.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        token = resp.next_page_token;
+    }
+}
+
+/// Worker deployments per `ListWorkerDeployments` page.
+const LIST_PAGE_SIZE: i32 = 1000;
 
 fn time(ts: &Option<prost_wkt_types::Timestamp>) -> Option<SystemTime> {
     let ts = ts.as_ref()?;
@@ -146,6 +244,10 @@ pub async fn describe(
         manager_identity: info.manager_identity,
         last_modifier_identity: info.last_modifier_identity,
         versions,
+        routing: RoutingMark {
+            revision: routing.revision_number,
+            current_changed_at: time(&routing.current_version_changed_time),
+        },
     })
 }
 

@@ -51,7 +51,7 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         )
         .await
         {
-            Ok((conn, _)) => Some(conn),
+            Ok((conn, key)) => Some((conn, key)),
             Err(e) if never_connected => {
                 ctx.event(
                     wd,
@@ -93,7 +93,12 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     // Versions whose workers stay: Temporal still routes new work to them, or they hold open
     // pinned workflows. The deletion waits for them.
     let mut keep = Kept::default();
-    let target = client.as_ref().map(|conn| WorkerDeploymentRef {
+    if let Some((_, key)) = &client {
+        ctx.reads
+            .take(key, crate::temporal::reads::Priority::Moving)
+            .await;
+    }
+    let target = client.as_ref().map(|(conn, _)| WorkerDeploymentRef {
         conn,
         namespace: &temporal_ns,
         name: &deployment_name,

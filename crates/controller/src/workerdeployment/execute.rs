@@ -5,7 +5,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
 use serde_json::json;
 use twc_api::{ConnectionSpec, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 
@@ -109,10 +109,27 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         });
     }
     for build in &plan.reconnect {
-        let existing = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
+        // The cache keeps only part of a template (`children::trim`): the whole Deployment
+        // is read, as the apiserver has it now.
+        let cached = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
             plan::deployment::is_owned_by(d, wd)
                 && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
         });
+        // (A list by name: the controller's RBAC has list, not get, on Deployments.)
+        let existing = match cached {
+            Some(d) => {
+                let name = d.name_any();
+                let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+                deployments
+                    .list(&by_name)
+                    .await
+                    .map_err(|e| Error::kube_write(format!("read Deployment {ns}/{name}"), &e))?
+                    .items
+                    .into_iter()
+                    .find(|d| plan::deployment::is_owned_by(d, wd))
+            }
+            None => None,
+        };
         match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, conn)) {
             Some(d) => {
                 apply(&deployments, &d).await?;

@@ -30,9 +30,11 @@ use crate::config::{Identity, Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
 use crate::metrics;
+use crate::plan::pace::{self, Pace};
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
+use crate::temporal::reads::{self as reads, Asking, Reads, Remembered};
 use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
@@ -69,6 +71,8 @@ pub struct Context {
     /// When each WorkerDeployment (`namespace/name`) was last warned of its client
     /// certificate's expiry.
     pub cert_warned: Mutex<HashMap<String, SystemTime>>,
+    /// Read budgets, listings and the last state read per WorkerDeployment.
+    pub reads: Reads,
 }
 
 impl Context {
@@ -222,6 +226,10 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
 
 /// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
 async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
+    ctx.reads.forget(&key(wd));
+    if let Ok(mut warned) = ctx.cert_warned.lock() {
+        warned.remove(&key(wd));
+    }
     metrics::global().forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
     match cleanup::cleanup(wd, ctx).await {
         Ok(action) => {
@@ -276,10 +284,13 @@ async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             verdict: e.verdict(streak.rate_limited),
         },
     };
-    let requeue = match &outcome {
-        Outcome::Executed { plan, .. } if plan.moving => ctx.intervals.moving,
-        Outcome::Executed { .. } => ctx.intervals.steady,
-        Outcome::Failed { verdict, .. } => verdict.retry.after(&ctx.intervals, streak),
+    let requeue = match (&outcome, &pass) {
+        (Outcome::Executed { .. }, Ok(p)) => p.pace.requeue,
+        (Outcome::Failed { verdict, .. }, _) => {
+            ctx.reads.forget(&key(wd));
+            verdict.retry.after(&ctx.intervals, streak)
+        }
+        (Outcome::Executed { .. }, Err(_)) => ctx.intervals.moving,
     };
 
     let mut failed = Vec::new();
@@ -326,6 +337,7 @@ struct Pass {
     observed: Observed,
     plan: Plan,
     applied: Applied,
+    pace: Pace,
 }
 
 /// Observes, plans and executes; `connection` is set as soon as the reference resolves (the
@@ -341,8 +353,7 @@ async fn pipeline(
     *connection = Some(resolved.key.clone());
     let temporal = observe::temporal(wd, ctx, &resolved).await?;
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
-    let observed = observe::observe(wd, ctx, &temporal, now).await?;
-    let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
+    let (observed, plan, fresh) = observe_and_plan(wd, ctx, &resolved, &temporal, now).await?;
     let gate_input = if plan.start_gates.is_empty() {
         Ok(None)
     } else {
@@ -360,11 +371,75 @@ async fn pipeline(
         },
     )
     .await;
+    let pace = pace::pace(wd, &observed, &plan, &ctx.intervals);
+    if fresh && applied.error.is_none() {
+        ctx.reads.remember(
+            key(wd),
+            Remembered {
+                pool_key: temporal.pool_key.clone(),
+                generation: wd.metadata.generation,
+                target_build: plan.target_build_id.clone(),
+                target_up: plan::workers_up(&observed.deployments, &plan.target_build_id),
+                state: observed.temporal.clone(),
+                target: observed.target.clone(),
+                read_at: now,
+                reuse: pace.reuse,
+            },
+        );
+    }
     Ok(Pass {
         observed,
         plan,
         applied,
+        pace,
     })
+}
+
+/// Observes and plans: on the last state read when nothing says it changed (see
+/// [`reads::may_reuse`]), else on a new read. A plan that writes Temporal or stops workers
+/// is always made again on a new read. Returns whether the state was read in this pass.
+async fn observe_and_plan(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    resolved: &connections::Resolved,
+    temporal: &observe::Temporal,
+    now: SystemTime,
+) -> Result<(Observed, Plan, bool)> {
+    let mut observed = observe::kubernetes(wd, ctx, now);
+    let target = plan::target(wd, &observed.deployments).0;
+    let remembered = ctx.reads.recall(&key(wd));
+    let generation = wd.metadata.generation;
+    let reused = match &remembered {
+        Some(r) if matches!(r.reuse, pace::Reuse::Until(_)) => {
+            let listing = ctx.reads.listing(&temporal.conn, &temporal.pool_key).await;
+            let asking = Asking {
+                pool_key: &temporal.pool_key,
+                generation,
+                target_build: &target,
+                target_up: plan::workers_up(&observed.deployments, &target),
+                now,
+            };
+            reads::may_reuse(r, &asking, listing.as_ref(), &temporal.deployment_name)
+        }
+        _ => false,
+    };
+    if let (true, Some(r)) = (reused, &remembered) {
+        observed.temporal = r.state.clone();
+        observed.target = r.target.clone();
+        let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
+        if !plan.needs_fresh_state() {
+            metrics::global().state_read(true);
+            return Ok((observed, plan, false));
+        }
+    }
+    let priority = reads::priority(remembered.as_ref(), generation);
+    let (state, target_observed) =
+        observe::read_temporal(wd, ctx, temporal, &target, priority).await?;
+    metrics::global().state_read(false);
+    observed.temporal = state;
+    observed.target = target_observed;
+    let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
+    Ok((observed, plan, true))
 }
 
 /// Records the versions by status and the ramp of a WorkerDeployment's new status.

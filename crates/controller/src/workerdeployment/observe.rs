@@ -18,6 +18,7 @@ use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
+use crate::temporal::reads::Priority;
 use crate::temporal::{self, DeploymentState, Status, WorkerDeploymentRef};
 
 /// The spec checks the CRD's validation cannot make.
@@ -81,18 +82,31 @@ pub async fn temporal(
     })
 }
 
-/// Everything the planner looks at, read at `now`.
-pub async fn observe(
+/// The Kubernetes side of what the planner looks at, from the watch caches, at `now`; the
+/// Temporal side is left empty for [`read_temporal`] or a reused read to fill.
+pub fn kubernetes(wd: &WorkerDeployment, ctx: &Context, now: SystemTime) -> Observed {
+    Observed {
+        deployments: crate::children::owned(wd, &ctx.deployments),
+        autoscaled: autoscaled(wd, &ctx.templates),
+        ..Observed::at(now)
+    }
+}
+
+/// Reads the worker deployment's state and what the planner needs about `target_build`, each
+/// Worker Deployment read waiting for the namespace's budget at `priority`.
+pub async fn read_temporal(
     wd: &WorkerDeployment,
     ctx: &Context,
     temporal: &Temporal,
-    now: SystemTime,
-) -> Result<Observed> {
+    target_build: &str,
+    priority: Priority,
+) -> Result<(DeploymentState, TargetObserved)> {
     // The version only names the server in messages: what decides is whether its Worker
     // Deployment calls answer `Unimplemented` (a managed service may report a version that
     // does not follow the open-source releases).
     let server_version = temporal.server_version.as_deref();
     let target = temporal.target(wd, ctx.identity());
+    ctx.reads.take(&temporal.pool_key, priority).await;
     let state = match target.describe().await {
         Ok(s) => s,
         Err(status) => {
@@ -107,16 +121,12 @@ pub async fn observe(
             .on_server(server_version));
         }
     };
-    let deployments = crate::children::owned(wd, &ctx.deployments);
-    let target_build = plan::target(wd, &deployments).0;
-    let target_observed = target_version(wd, &target, &target_build, &state).await?;
-    Ok(Observed {
-        now,
-        deployments,
-        temporal: state,
-        target: target_observed,
-        autoscaled: autoscaled(wd, &ctx.templates),
-    })
+    let needs = plan::needs(wd, target_build, &state);
+    if needs.task_queues {
+        ctx.reads.take(&temporal.pool_key, priority).await;
+    }
+    let target_observed = target_version(needs, &target, target_build).await?;
+    Ok((state, target_observed))
 }
 
 /// Whether a WorkerResourceTemplate of `wd` renders a scaler of its versions (an HPA or the
@@ -134,12 +144,10 @@ fn autoscaled(wd: &WorkerDeployment, templates: &Scoped<twc_api::WorkerResourceT
 /// Reads what the planner needs about `build` beyond `DescribeWorkerDeployment` (see
 /// [`plan::needs`]).
 async fn target_version(
-    wd: &WorkerDeployment,
+    needs: plan::Needs,
     temporal: &WorkerDeploymentRef<'_>,
     build: &str,
-    state: &DeploymentState,
 ) -> Result<TargetObserved> {
-    let needs = plan::needs(wd, build, state);
     let mut out = TargetObserved::default();
     if !needs.task_queues {
         return Ok(out);

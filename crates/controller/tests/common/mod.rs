@@ -70,6 +70,8 @@ pub fn test_config() -> Config {
         intervals: Intervals {
             moving: Duration::from_millis(500),
             steady: Duration::from_secs(5),
+            // The test servers refresh drainage every second.
+            drainage: Duration::from_secs(1),
         },
         ..Default::default()
     }

@@ -89,10 +89,13 @@ async fn rate_limited_server() -> &'static twc_testenv::TemporalServer {
 }
 
 /// `rate-limit-burst-surfaces-error`: WorkerDeployments read one Temporal namespace limited
-/// to one read per second; at least one says so, with TWC's reason and "Rate limited". Ours
-/// also backs off (30 s or more) instead of retrying into the limit, so the condition stays.
-/// Five instead of TWC's ten (each runs a worker: the limit applies to deployments that exist,
-/// a `NotFound` read is not limited), already five times the limit at the fast poll.
+/// to one read per second, far under the controller's read budget (20 per second); at least
+/// one says so, with TWC's reason and "Rate limited". Ours also backs off (30 s or more)
+/// instead of retrying into the limit, so the condition stays. Five instead of TWC's ten (each
+/// runs a worker: the limit applies to deployments that exist, a `NotFound` read is not
+/// limited). A rollout alone now reads too little to stay over the limit, so once they have
+/// rolled out their specs are changed ten times a second (`replicas` 1, 2, 1, ...), as a
+/// GitOps tool fighting another writer would: every new generation is read afresh.
 pub async fn rate_limit_burst_surfaces_error(w: &'static World) {
     let server = rate_limited_server().await;
     let mut scenarios = Vec::new();
@@ -111,7 +114,23 @@ pub async fn rate_limit_burst_surfaces_error(w: &'static World) {
     for s in &scenarios {
         s.connect().await;
     }
-    let limited = twc_testenv::wait_for(
+    let thrash = async {
+        for round in 0..600 {
+            for s in &scenarios {
+                let patch = json!({"spec": {"replicas": 1 + round % 2}});
+                let _ = s
+                    .wds()
+                    .patch(
+                        "worker",
+                        &kube::api::PatchParams::default(),
+                        &kube::api::Patch::Merge(&patch),
+                    )
+                    .await;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    };
+    let wait = twc_testenv::wait_for(
         "a WorkerDeployment reporting the rate limit",
         std::time::Duration::from_secs(60),
         || {
@@ -138,8 +157,11 @@ pub async fn rate_limit_burst_surfaces_error(w: &'static World) {
                 Err(format!("conditions: {seen:?}"))
             }
         },
-    )
-    .await
+    );
+    let limited = tokio::select! {
+        r = wait => r.map_err(|e| e.to_string()),
+        _ = thrash => Err("the specs stopped changing".to_string()),
+    }
     .unwrap_or_else(|e| {
         panic!(
             "{e}\ncontroller log:\n{}",

@@ -1,0 +1,112 @@
+//! Pace: when to reconcile again, and whether the Temporal state just used may stand in for
+//! the next read. Temporal is read at the pace of what can change there:
+//!
+//! - after a write to Temporal, or while the target's workers are up but not registered:
+//!   read again at the fast poll (the next change is seconds away);
+//! - while the target's workers are not up: nothing in Temporal can move for it, so no read
+//!   until its Deployment changes (the watch wakes the reconcile);
+//! - during a ramp step: no read until the step ends (its end is known);
+//! - while older versions drain: read at the pace Temporal refreshes drainage
+//!   ([`Intervals::drainage`]), not at the fast poll;
+//! - at rest: reused for as long as the namespace's listing agrees (see
+//!   [`crate::temporal::reads`]).
+//!
+//! Whatever the pace, a plan that writes Temporal or stops workers is made again on a fresh
+//! read before it runs ([`Plan::needs_fresh_state`]).
+
+use std::time::{Duration, SystemTime};
+
+use twc_api::{RolloutStrategyKind, VersionStatus, WorkerDeployment};
+
+use super::{Observed, Plan, status_of, workers_up};
+use crate::config::Intervals;
+
+/// Whether a state read may be reused at the next reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Read again.
+    Never,
+    /// Reused while the namespace's listing agrees, until the time if there is one.
+    Until(Option<SystemTime>),
+}
+
+/// When to come back, and what to read then.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Pace {
+    pub requeue: Duration,
+    pub reuse: Reuse,
+}
+
+/// A requeue this soon at the least (a timer that fell due while planning is served by the
+/// next reconcile, not a busy loop).
+const MIN_REQUEUE: Duration = Duration::from_millis(200);
+
+/// The pace after planning `plan` from `observed`.
+pub fn pace(
+    wd: &WorkerDeployment,
+    observed: &Observed,
+    plan: &Plan,
+    intervals: &Intervals,
+) -> Pace {
+    let now = observed.now;
+    let fast = Pace {
+        requeue: intervals.moving,
+        reuse: Reuse::Never,
+    };
+    if plan.writes_temporal() {
+        return fast;
+    }
+    if plan.blocked.is_some() {
+        // Held back by someone else's manager identity (not in the listing) or a limit: look
+        // again at the steady pace.
+        return Pace {
+            requeue: intervals.steady,
+            reuse: Reuse::Never,
+        };
+    }
+    let state = &observed.temporal;
+    let target = plan.target_build_id.as_str();
+    let up = workers_up(&observed.deployments, target);
+    let current = state.current_build_id.as_deref() == Some(target);
+    let ramping = state.ramping_build_id.as_deref() == Some(target);
+    let mut until = plan.wake_at;
+    let mut by = |t: SystemTime| until = Some(until.map_or(t, |u| u.min(t)));
+    if !current {
+        match status_of(state, target) {
+            // Its pollers come any moment.
+            VersionStatus::NotRegistered if up => return fast,
+            // Waiting for its pods: the Deployment's change wakes the reconcile.
+            VersionStatus::NotRegistered => {}
+            // Registered, waiting for its pods.
+            _ if !up => {}
+            // A person promotes by hand: that changes the routing, which the listing shows.
+            // Its own status may change too (a gate's pinned run drains it): read at the
+            // drainage pace.
+            _ if wd.spec.rollout.strategy == RolloutStrategyKind::Manual => {
+                by(now + intervals.drainage)
+            }
+            // In a ramp step: nothing to do before it ends.
+            _ if ramping && plan.wake_at.is_some() => {}
+            // A gate running, a first rollout asking about unversioned pollers, ...
+            _ => return fast,
+        }
+    } else if state.ramping_build_id.is_some() {
+        return fast;
+    }
+    // Drainage is not in the listing: read at the pace Temporal refreshes it.
+    if state
+        .versions
+        .values()
+        .any(|v| v.status == VersionStatus::Draining)
+    {
+        by(now + intervals.drainage);
+    }
+    let requeue = until
+        .map(|t| t.duration_since(now).unwrap_or_default())
+        .unwrap_or(intervals.steady)
+        .clamp(MIN_REQUEUE, intervals.steady.max(MIN_REQUEUE));
+    Pace {
+        requeue,
+        reuse: Reuse::Until(until),
+    }
+}

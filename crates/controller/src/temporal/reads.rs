@@ -1,0 +1,610 @@
+//! Reading Temporal at scale. Temporal limits Worker Deployment reads per namespace (50 per
+//! second by default, shared by every client), so reads here are rationed:
+//!
+//! - a [`Budget`] per Temporal namespace (server and namespace): a token bucket every read of
+//!   that namespace waits on, serving moving rollouts before steady deployments;
+//! - one paged `ListWorkerDeployments` per namespace, at most every `list_every`, says which
+//!   worker deployments changed since they were read (a [`Listing`]);
+//! - the last state read of each WorkerDeployment is [`Remembered`], and reused for as long as
+//!   its [`Reuse`] allows and the listing agrees with it (see [`may_reuse`]).
+//!
+//! What may be reused, and for how long, is the planner's call ([`crate::plan::pace`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use temporalio_client::Connection;
+use tokio::sync::{mpsc, oneshot};
+
+use super::{Code, DeploymentState, Listed};
+use crate::plan::TargetObserved;
+use crate::plan::pace::Reuse;
+use crate::temporal::pool::PoolKey;
+
+/// Which reads go first when the budget is short.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Priority {
+    /// A rollout in motion (a new spec, a version waiting for pollers, a ramp step).
+    Moving,
+    /// Checks of deployments at rest, and the listing.
+    Steady,
+}
+
+impl Priority {
+    pub fn label(self) -> &'static str {
+        match self {
+            Priority::Moving => "moving",
+            Priority::Steady => "steady",
+        }
+    }
+}
+
+/// How reads are rationed.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadConfig {
+    /// Worker Deployment reads per second per Temporal namespace (every controller replica
+    /// reads only while it leads).
+    pub rate: f64,
+    /// How many reads may go at once after a quiet spell.
+    pub burst: u32,
+    /// How old the listing of a namespace may get before a check refreshes it.
+    pub list_every: Duration,
+}
+
+impl Default for ReadConfig {
+    fn default() -> Self {
+        Self {
+            rate: DEFAULT_READ_RATE,
+            burst: DEFAULT_READ_BURST,
+            list_every: Duration::from_secs(60),
+        }
+    }
+}
+
+/// The default read budget: 20 per second, 40 % of the server's default per-namespace limit
+/// (`frontend.globalNamespaceWorkerDeploymentReadRPS`, 50), leaving room for workers, people
+/// and other tools.
+pub const DEFAULT_READ_RATE: f64 = 20.0;
+/// The default burst: one second's worth.
+pub const DEFAULT_READ_BURST: u32 = 20;
+
+/// A token bucket with two queues: a read waits until a token is free, moving reads first.
+/// Waiters are served in order within a priority; one that gave up costs no token.
+pub struct Budget {
+    asks: mpsc::UnboundedSender<(Priority, oneshot::Sender<()>)>,
+}
+
+impl Budget {
+    /// A bucket of `burst` tokens refilled at `rate` per second (its dispatcher runs on the
+    /// current Tokio runtime until the bucket is dropped).
+    pub fn new(rate: f64, burst: u32) -> Self {
+        let (asks, rx) = mpsc::unbounded_channel();
+        tokio::spawn(dispatch(rx, rate.max(0.001), f64::from(burst.max(1))));
+        Self { asks }
+    }
+
+    /// Waits for a token.
+    pub async fn take(&self, priority: Priority) {
+        let start = Instant::now();
+        let (tx, rx) = oneshot::channel();
+        if self.asks.send((priority, tx)).is_ok() {
+            let _ = rx.await;
+        }
+        crate::metrics::global().read_budget_waited(priority.label(), start.elapsed());
+    }
+}
+
+async fn dispatch(
+    mut asks: mpsc::UnboundedReceiver<(Priority, oneshot::Sender<()>)>,
+    rate: f64,
+    burst: f64,
+) {
+    let mut queues: [VecDeque<oneshot::Sender<()>>; 2] = [VecDeque::new(), VecDeque::new()];
+    let push = |queues: &mut [VecDeque<oneshot::Sender<()>>; 2], (p, tx)| {
+        queues[usize::from(p == Priority::Steady)].push_back(tx);
+    };
+    let mut tokens = burst;
+    let mut at = tokio::time::Instant::now();
+    let mut open = true;
+    loop {
+        if queues.iter().all(VecDeque::is_empty) {
+            if !open {
+                return;
+            }
+            match asks.recv().await {
+                Some(a) => push(&mut queues, a),
+                None => return,
+            }
+        }
+        while let Ok(a) = asks.try_recv() {
+            push(&mut queues, a);
+        }
+        let now = tokio::time::Instant::now();
+        tokens = (tokens + now.duration_since(at).as_secs_f64() * rate).min(burst);
+        at = now;
+        if tokens >= 1.0 {
+            let next = match queues[0].pop_front() {
+                Some(tx) => Some(tx),
+                None => queues[1].pop_front(),
+            };
+            if let Some(tx) = next
+                && tx.send(()).is_ok()
+            {
+                tokens -= 1.0;
+            }
+            continue;
+        }
+        let wait = Duration::from_secs_f64((1.0 - tokens) / rate);
+        if open {
+            tokio::select! {
+                a = asks.recv() => match a {
+                    Some(a) => push(&mut queues, a),
+                    None => open = false,
+                },
+                _ = tokio::time::sleep(wait) => {}
+            }
+        } else {
+            tokio::time::sleep(wait).await;
+        }
+    }
+}
+
+/// A namespace's worker deployments as listed, and when the listing was asked for.
+#[derive(Clone)]
+pub struct Listing {
+    /// When the list was requested: what it shows is at least as new as this.
+    pub at: SystemTime,
+    pub deployments: Arc<HashMap<String, Listed>>,
+}
+
+/// The listing of one namespace, refreshed by whoever needs it first (one at a time).
+#[derive(Default)]
+struct Directory {
+    last: tokio::sync::Mutex<Last>,
+}
+
+#[derive(Default)]
+struct Last {
+    listing: Option<Listing>,
+    /// When a list last failed (not retried before `list_every` has passed again).
+    failed_at: Option<Instant>,
+    /// The server has no `ListWorkerDeployments`: never asked again.
+    unimplemented: bool,
+}
+
+/// The state last read for one WorkerDeployment, and what it was read under.
+#[derive(Clone, Debug)]
+pub struct Remembered {
+    pub pool_key: PoolKey,
+    pub generation: Option<i64>,
+    pub target_build: String,
+    /// Whether the target's workers were up (a change means pollers may come or go).
+    pub target_up: bool,
+    pub state: DeploymentState,
+    pub target: TargetObserved,
+    pub read_at: SystemTime,
+    pub reuse: Reuse,
+}
+
+/// What a reconcile holds when it asks whether it may skip the read.
+pub struct Asking<'a> {
+    pub pool_key: &'a PoolKey,
+    pub generation: Option<i64>,
+    pub target_build: &'a str,
+    pub target_up: bool,
+    pub now: SystemTime,
+}
+
+/// Whether `r` may stand in for a new read: read under the same connection, spec and target,
+/// with the target's workers as they were, within what its pace allows, and with the
+/// namespace's listing (if newer than the read) agreeing. Without a listing, never.
+pub fn may_reuse(
+    r: &Remembered,
+    asking: &Asking<'_>,
+    listing: Option<&Listing>,
+    deployment: &str,
+) -> bool {
+    let Reuse::Until(until) = r.reuse else {
+        return false;
+    };
+    if r.pool_key != *asking.pool_key
+        || r.generation != asking.generation
+        || r.target_build != asking.target_build
+        || r.target_up != asking.target_up
+        || until.is_some_and(|t| asking.now >= t)
+    {
+        return false;
+    }
+    let Some(listing) = listing else {
+        return false;
+    };
+    if listing.at <= r.read_at {
+        return true;
+    }
+    match listing.deployments.get(deployment) {
+        Some(l) => l.agrees_with(&r.state),
+        None => !r.state.exists,
+    }
+}
+
+/// The priority of the read that replaces `r`: moving unless it was read at rest.
+pub fn priority(r: Option<&Remembered>, generation: Option<i64>) -> Priority {
+    match r {
+        Some(r)
+            if r.generation == generation
+                && matches!(r.reuse, Reuse::Until(_))
+                && r.state.current_build_id.as_deref() == Some(r.target_build.as_str()) =>
+        {
+            Priority::Steady
+        }
+        _ => Priority::Moving,
+    }
+}
+
+/// Called with the `namespace/name` of worker deployments whose listing changed.
+pub type Wake = Arc<dyn Fn(&str) + Send + Sync>;
+
+/// Budgets, listings and remembered states, shared by every reconcile.
+pub struct Reads {
+    config: ReadConfig,
+    budgets: Mutex<HashMap<(String, String), Arc<Budget>>>,
+    directories: Mutex<HashMap<(String, String), Arc<Directory>>>,
+    remembered: Mutex<HashMap<String, Remembered>>,
+    wake: Option<Wake>,
+}
+
+impl Reads {
+    pub fn new(config: ReadConfig, wake: Option<Wake>) -> Self {
+        Self {
+            config,
+            budgets: Default::default(),
+            directories: Default::default(),
+            remembered: Default::default(),
+            wake,
+        }
+    }
+
+    /// The server and namespace a client reads: what the server's limit is per.
+    fn scope(key: &PoolKey) -> (String, String) {
+        (key.host_port.clone(), key.temporal_namespace.clone())
+    }
+
+    /// The budget of the namespace `key` reads.
+    pub fn budget(&self, key: &PoolKey) -> Arc<Budget> {
+        let Ok(mut budgets) = self.budgets.lock() else {
+            return Arc::new(Budget::new(self.config.rate, self.config.burst));
+        };
+        budgets
+            .entry(Self::scope(key))
+            .or_insert_with(|| Arc::new(Budget::new(self.config.rate, self.config.burst)))
+            .clone()
+    }
+
+    /// Waits for a read of the namespace `key` reads.
+    pub async fn take(&self, key: &PoolKey, priority: Priority) {
+        self.budget(key).take(priority).await;
+    }
+
+    /// The namespace's listing, refreshed first if older than `list_every` (one caller lists,
+    /// the others wait for it). None when the server cannot list.
+    pub async fn listing(&self, conn: &Connection, key: &PoolKey) -> Option<Listing> {
+        let dir = {
+            let mut dirs = self.directories.lock().ok()?;
+            dirs.entry(Self::scope(key)).or_default().clone()
+        };
+        let mut last = dir.last.lock().await;
+        let every = self.config.list_every;
+        let fresh = |l: &Listing| {
+            SystemTime::now()
+                .duration_since(l.at)
+                .is_ok_and(|age| age < every)
+        };
+        if last.unimplemented {
+            return None;
+        }
+        if let Some(l) = last.listing.as_ref().filter(|l| fresh(l)) {
+            return Some(l.clone());
+        }
+        if last.failed_at.is_some_and(|t| t.elapsed() < every) {
+            return None;
+        }
+        self.take(key, Priority::Steady).await;
+        let at = SystemTime::now();
+        match super::list(conn, &key.temporal_namespace).await {
+            Ok(deployments) => {
+                if let (Some(wake), Some(before)) = (&self.wake, &last.listing) {
+                    for (name, l) in &deployments {
+                        if before.deployments.get(name) != Some(l) {
+                            wake(name);
+                        }
+                    }
+                }
+                let listing = Listing {
+                    at,
+                    deployments: Arc::new(deployments),
+                };
+                last.listing = Some(listing.clone());
+                last.failed_at = None;
+                Some(listing)
+            }
+            Err(s) => {
+                if s.code() == Code::Unimplemented {
+                    last.unimplemented = true;
+                }
+                tracing::debug!(
+                    "ListWorkerDeployments in {}: {}; every check reads its deployment instead",
+                    key.temporal_namespace,
+                    s.message()
+                );
+                last.failed_at = Some(Instant::now());
+                None
+            }
+        }
+    }
+
+    /// The remembered state of WorkerDeployment `wd_key`.
+    pub fn recall(&self, wd_key: &str) -> Option<Remembered> {
+        self.remembered.lock().ok()?.get(wd_key).cloned()
+    }
+
+    /// Remembers a state just read.
+    pub fn remember(&self, wd_key: String, r: Remembered) {
+        if let Ok(mut m) = self.remembered.lock() {
+            m.insert(wd_key, r);
+        }
+    }
+
+    /// Forgets what was read for `wd_key` (a failed pass, a deletion).
+    pub fn forget(&self, wd_key: &str) {
+        if let Ok(mut m) = self.remembered.lock() {
+            m.remove(wd_key);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::temporal::RoutingMark;
+
+    fn key(host: &str) -> PoolKey {
+        PoolKey {
+            host_port: host.into(),
+            tls_server_name: None,
+            temporal_namespace: "default".into(),
+            auth_mode: twc_api::AuthMode::None,
+            credential_key: None,
+            secrets: vec![],
+        }
+    }
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000 + s)
+    }
+
+    fn state() -> DeploymentState {
+        let mut s = DeploymentState {
+            exists: true,
+            current_build_id: Some("b1".into()),
+            routing: RoutingMark {
+                revision: 3,
+                current_changed_at: Some(at(0)),
+            },
+            ..Default::default()
+        };
+        s.versions.insert("b1".into(), Default::default());
+        s
+    }
+
+    fn listed(s: &DeploymentState) -> Listed {
+        Listed {
+            current_build_id: s.current_build_id.clone(),
+            ramping_build_id: s.ramping_build_id.clone(),
+            ramp_percentage: s.ramp_percentage,
+            ramping_since: s.ramping_since,
+            ramp_changed_at: s.ramp_changed_at,
+            routing: s.routing.clone(),
+            latest_build_id: Some("b1".into()),
+        }
+    }
+
+    fn remembered(reuse: Reuse) -> Remembered {
+        Remembered {
+            pool_key: key("h:7233"),
+            generation: Some(2),
+            target_build: "b1".into(),
+            target_up: true,
+            state: state(),
+            target: Default::default(),
+            read_at: at(10),
+            reuse,
+        }
+    }
+
+    fn listing(at_s: u64, entries: Vec<(&str, Listed)>) -> Listing {
+        Listing {
+            at: at(at_s),
+            deployments: Arc::new(entries.into_iter().map(|(n, l)| (n.into(), l)).collect()),
+        }
+    }
+
+    #[test]
+    fn a_state_is_reused_only_while_nothing_says_it_changed() {
+        let r = remembered(Reuse::Until(None));
+        let pk = key("h:7233");
+        let ask = |generation: Option<i64>,
+                   target_build: &'static str,
+                   target_up: bool,
+                   now: u64| Asking {
+            pool_key: &pk,
+            generation,
+            target_build,
+            target_up,
+            now: at(now),
+        };
+        let same = listing(20, vec![("ns/wd", listed(&r.state))]);
+        let ok = ask(Some(2), "b1", true, 30);
+        assert!(may_reuse(&r, &ok, Some(&same), "ns/wd"));
+        // No listing (the server cannot list, or the list failed): read.
+        assert!(!may_reuse(&r, &ok, None, "ns/wd"));
+        // A spec change, another target, the target's workers coming or going: read.
+        assert!(!may_reuse(
+            &r,
+            &ask(Some(3), "b1", true, 30),
+            Some(&same),
+            "ns/wd"
+        ));
+        assert!(!may_reuse(
+            &r,
+            &ask(Some(2), "b2", true, 30),
+            Some(&same),
+            "ns/wd"
+        ));
+        assert!(!may_reuse(
+            &r,
+            &ask(Some(2), "b1", false, 30),
+            Some(&same),
+            "ns/wd"
+        ));
+        // Another connection: read.
+        let other = key("other:7233");
+        let mut a = ask(Some(2), "b1", true, 30);
+        a.pool_key = &other;
+        assert!(!may_reuse(&r, &a, Some(&same), "ns/wd"));
+        // The listing shows another routing, or a version it does not know: read.
+        let mut moved = listed(&r.state);
+        moved.current_build_id = Some("b2".into());
+        moved.routing.revision = 4;
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", moved)])),
+            "ns/wd"
+        ));
+        let mut registered = listed(&r.state);
+        registered.latest_build_id = Some("b9".into());
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", registered)])),
+            "ns/wd"
+        ));
+        // Gone from the listing (deleted in Temporal): read.
+        assert!(!may_reuse(&r, &ok, Some(&listing(20, vec![])), "ns/wd"));
+        // A listing older than the read says nothing against it.
+        assert!(may_reuse(&r, &ok, Some(&listing(5, vec![])), "ns/wd"));
+        // Past its time (a drainage check, a ramp step's end): read.
+        let timed = remembered(Reuse::Until(Some(at(40))));
+        assert!(may_reuse(&timed, &ok, Some(&same), "ns/wd"));
+        assert!(!may_reuse(
+            &timed,
+            &ask(Some(2), "b1", true, 40),
+            Some(&same),
+            "ns/wd"
+        ));
+        // Read after a write or while pollers are awaited: never reused.
+        assert!(!may_reuse(
+            &remembered(Reuse::Never),
+            &ok,
+            Some(&same),
+            "ns/wd"
+        ));
+    }
+
+    #[test]
+    fn a_deployment_not_in_temporal_stays_unread_while_it_is_not_listed() {
+        let mut r = remembered(Reuse::Until(None));
+        r.state = DeploymentState::default();
+        let pk = key("h:7233");
+        let ok = Asking {
+            pool_key: &pk,
+            generation: Some(2),
+            target_build: "b1",
+            target_up: false,
+            now: at(30),
+        };
+        r.target_up = false;
+        assert!(may_reuse(&r, &ok, Some(&listing(20, vec![])), "ns/wd"));
+        let appeared = listed(&state());
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", appeared)])),
+            "ns/wd"
+        ));
+    }
+
+    #[test]
+    fn reads_of_rollouts_in_motion_go_first() {
+        assert_eq!(priority(None, Some(1)), Priority::Moving);
+        let at_rest = remembered(Reuse::Until(None));
+        assert_eq!(priority(Some(&at_rest), Some(2)), Priority::Steady);
+        assert_eq!(
+            priority(Some(&at_rest), Some(3)),
+            Priority::Moving,
+            "a new spec"
+        );
+        assert_eq!(
+            priority(Some(&remembered(Reuse::Never)), Some(2)),
+            Priority::Moving
+        );
+        let mut rolling = remembered(Reuse::Until(Some(at(40))));
+        rolling.target_build = "b2".into();
+        assert_eq!(
+            priority(Some(&rolling), Some(2)),
+            Priority::Moving,
+            "a ramp step"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_budget_is_never_exceeded_and_moving_reads_go_first() {
+        let budget = Arc::new(Budget::new(10.0, 5));
+        let start = tokio::time::Instant::now();
+        let done = Arc::new(Mutex::new(Vec::new()));
+        let mut tasks = Vec::new();
+        // 20 steady reads queued first, then 5 moving ones.
+        for i in 0..25 {
+            let (b, d) = (budget.clone(), done.clone());
+            let p = if i < 20 {
+                Priority::Steady
+            } else {
+                Priority::Moving
+            };
+            tasks.push(tokio::spawn(async move {
+                b.take(p).await;
+                if let Ok(mut d) = d.lock() {
+                    d.push((start.elapsed(), p));
+                }
+            }));
+            tokio::task::yield_now().await;
+        }
+        for t in tasks {
+            t.await.expect("task");
+        }
+        let done = done.lock().expect("lock").clone();
+        assert_eq!(done.len(), 25);
+        // Within any window of w seconds, at most burst + rate * w reads.
+        for (i, (t0, _)) in done.iter().enumerate() {
+            for (t1, _) in &done[i..] {
+                let w = (*t1 - *t0).as_secs_f64();
+                let n = done.iter().filter(|(t, _)| t >= t0 && t <= t1).count() as f64;
+                assert!(n <= 5.0 + 10.0 * w + 1e-9, "{n} reads in {w} s");
+            }
+        }
+        // The burst went to the steady reads already waiting; every moving read came before
+        // the steady reads still queued.
+        let last_moving = done
+            .iter()
+            .rposition(|(_, p)| *p == Priority::Moving)
+            .expect("moving");
+        assert!(last_moving < 12, "moving reads served at {last_moving}");
+        // 25 reads at 10/s after a burst of 5: 2 s.
+        let total = done
+            .last()
+            .map(|(t, _)| t.as_secs_f64())
+            .unwrap_or_default();
+        assert!((1.9..2.1).contains(&total), "took {total} s");
+    }
+}
