@@ -190,15 +190,17 @@ pub struct Remembered {
 /// What a reconcile holds when it asks whether it may skip the read.
 pub struct Asking<'a> {
     pub pool_key: &'a PoolKey,
-    pub generation: Option<i64>,
     pub target_build: &'a str,
     pub target_up: bool,
     pub now: SystemTime,
 }
 
-/// Whether `r` may stand in for a new read: read under the same connection, spec and target,
-/// with the target's workers as they were, within what its pace allows, and with the
-/// namespace's listing (if newer than the read) agreeing. Without a listing, never.
+/// Whether `r` may stand in for a new read: read under the same connection, within what its
+/// pace allows, with the namespace's listing (if newer than the read) agreeing, and with the
+/// target's workers as they were. A new target (a changed template) may use it only while
+/// nothing about it can be in Temporal: its workers are not up and the state does not know it
+/// (then its Deployment is created without a read; its pods' readiness brings the read).
+/// Without a listing, never.
 pub fn may_reuse(
     r: &Remembered,
     asking: &Asking<'_>,
@@ -208,12 +210,12 @@ pub fn may_reuse(
     let Reuse::Until(until) = r.reuse else {
         return false;
     };
-    if r.pool_key != *asking.pool_key
-        || r.generation != asking.generation
-        || r.target_build != asking.target_build
-        || r.target_up != asking.target_up
-        || until.is_some_and(|t| asking.now >= t)
-    {
+    let target_as_read = if r.target_build == asking.target_build {
+        r.target_up == asking.target_up
+    } else {
+        !asking.target_up && !r.state.versions.contains_key(asking.target_build)
+    };
+    if r.pool_key != *asking.pool_key || !target_as_read || until.is_some_and(|t| asking.now >= t) {
         return false;
     }
     let Some(listing) = listing else {
@@ -433,43 +435,34 @@ mod tests {
     fn a_state_is_reused_only_while_nothing_says_it_changed() {
         let r = remembered(Reuse::Until(None));
         let pk = key("h:7233");
-        let ask = |generation: Option<i64>,
-                   target_build: &'static str,
-                   target_up: bool,
-                   now: u64| Asking {
+        let ask = |target_build: &'static str, target_up: bool, now: u64| Asking {
             pool_key: &pk,
-            generation,
             target_build,
             target_up,
             now: at(now),
         };
         let same = listing(20, vec![("ns/wd", listed(&r.state))]);
-        let ok = ask(Some(2), "b1", true, 30);
+        let ok = ask("b1", true, 30);
         assert!(may_reuse(&r, &ok, Some(&same), "ns/wd"));
         // No listing (the server cannot list, or the list failed): read.
         assert!(!may_reuse(&r, &ok, None, "ns/wd"));
-        // A spec change, another target, the target's workers coming or going: read.
+        // The target's workers coming or going: read.
+        assert!(!may_reuse(&r, &ask("b1", false, 30), Some(&same), "ns/wd"));
+        // A new template: its Deployment is made without a read while its workers are not up
+        // and Temporal knew nothing of it; a template Temporal knows (a rollback) is read.
+        assert!(may_reuse(&r, &ask("b2", false, 30), Some(&same), "ns/wd"));
+        assert!(!may_reuse(&r, &ask("b2", true, 30), Some(&same), "ns/wd"));
+        let mut known = remembered(Reuse::Until(None));
+        known.target_build = "b2".into();
         assert!(!may_reuse(
-            &r,
-            &ask(Some(3), "b1", true, 30),
-            Some(&same),
-            "ns/wd"
-        ));
-        assert!(!may_reuse(
-            &r,
-            &ask(Some(2), "b2", true, 30),
-            Some(&same),
-            "ns/wd"
-        ));
-        assert!(!may_reuse(
-            &r,
-            &ask(Some(2), "b1", false, 30),
+            &known,
+            &ask("b1", false, 30),
             Some(&same),
             "ns/wd"
         ));
         // Another connection: read.
         let other = key("other:7233");
-        let mut a = ask(Some(2), "b1", true, 30);
+        let mut a = ask("b1", true, 30);
         a.pool_key = &other;
         assert!(!may_reuse(&r, &a, Some(&same), "ns/wd"));
         // The listing shows another routing, or a version it does not know: read.
@@ -499,7 +492,7 @@ mod tests {
         assert!(may_reuse(&timed, &ok, Some(&same), "ns/wd"));
         assert!(!may_reuse(
             &timed,
-            &ask(Some(2), "b1", true, 40),
+            &ask("b1", true, 40),
             Some(&same),
             "ns/wd"
         ));
@@ -519,7 +512,6 @@ mod tests {
         let pk = key("h:7233");
         let ok = Asking {
             pool_key: &pk,
-            generation: Some(2),
             target_build: "b1",
             target_up: false,
             now: at(30),

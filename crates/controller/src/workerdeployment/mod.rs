@@ -414,7 +414,6 @@ async fn observe_and_plan(
             let listing = ctx.reads.listing(&temporal.conn, &temporal.pool_key).await;
             let asking = Asking {
                 pool_key: &temporal.pool_key,
-                generation,
                 target_build: &target,
                 target_up: plan::workers_up(&observed.deployments, &target),
                 now,
@@ -425,7 +424,9 @@ async fn observe_and_plan(
     };
     if let (true, Some(r)) = (reused, &remembered) {
         observed.temporal = r.state.clone();
-        observed.target = r.target.clone();
+        if r.target_build == target {
+            observed.target = r.target.clone();
+        }
         let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
         if !plan.needs_fresh_state() {
             metrics::global().state_read(true);
