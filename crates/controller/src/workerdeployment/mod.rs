@@ -405,8 +405,8 @@ async fn observe_and_plan(
     temporal: &observe::Temporal,
     now: SystemTime,
 ) -> Result<(Observed, Plan, bool)> {
-    let mut observed = observe::kubernetes(wd, ctx, now);
-    let target = plan::target(wd, &observed.deployments).0;
+    let first = observe::kubernetes(wd, ctx, now);
+    let target = plan::target(wd, &first.deployments).0;
     let remembered = ctx.reads.recall(&key(wd));
     let generation = wd.metadata.generation;
     let reused = match &remembered {
@@ -415,13 +415,16 @@ async fn observe_and_plan(
             let asking = Asking {
                 pool_key: &temporal.pool_key,
                 target_build: &target,
-                target_up: plan::workers_up(&observed.deployments, &target),
+                target_up: plan::workers_up(&first.deployments, &target),
                 now,
             };
             reads::may_reuse(r, &asking, listing.as_ref(), &temporal.deployment_name)
         }
         _ => false,
     };
+    // The caches again, after the waits above: the plan acts on the Kubernetes state as it is
+    // now (a scaler that appeared, replicas someone else set), not as it was before the reads.
+    let mut observed = observe::kubernetes(wd, ctx, now);
     if let (true, Some(r)) = (reused, &remembered) {
         observed.temporal = r.state.clone();
         if r.target_build == target {
@@ -437,6 +440,7 @@ async fn observe_and_plan(
     let (state, target_observed) =
         observe::read_temporal(wd, ctx, temporal, &target, priority).await?;
     metrics::global().state_read(false);
+    let mut observed = observe::kubernetes(wd, ctx, now);
     observed.temporal = state;
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
