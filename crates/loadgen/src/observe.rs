@@ -133,7 +133,7 @@ impl Sample {
     }
 
     pub fn exhausted_total(&self) -> f64 {
-        self.exhausted.values().sum()
+        self.exhausted.values().fold(0.0, |a, b| a + b)
     }
 }
 
@@ -142,80 +142,122 @@ pub async fn sample(metrics_address: &str) -> Sample {
     let text = twc_testenv::temporal::http_get_text(metrics_address, "/metrics")
         .await
         .unwrap_or_default();
-    let frontend = [("service_name", "frontend")];
-    Sample {
-        at: Some(Instant::now()),
-        requests: twc_testenv::temporal::sum_by_label(
-            &text,
-            "service_requests",
-            &frontend,
-            "operation",
-        ),
-        exhausted: twc_testenv::temporal::sum_by_label(
-            &text,
-            "service_errors_resource_exhausted",
-            &frontend,
-            "operation",
-        ),
-    }
+    let at = Some(Instant::now());
+    // The page is large (about 100 MB at 1,000 task queues): parse it off the runtime.
+    let parse = move || {
+        let frontend = [("service_name", "frontend")];
+        Sample {
+            at,
+            requests: twc_testenv::temporal::sum_by_label(
+                &text,
+                "service_requests",
+                &frontend,
+                "operation",
+            ),
+            exhausted: twc_testenv::temporal::sum_by_label(
+                &text,
+                "service_errors_resource_exhausted",
+                &frontend,
+                "operation",
+            ),
+        }
+    };
+    tokio::task::spawn_blocking(parse).await.unwrap_or_default()
 }
 
-/// The server's counters every second since the start.
+/// The controller's Worker Deployment reads and ResourceExhausted answers so far, as counted
+/// by the controller (`twc_temporal_rpc_total`), summed over its restarts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Tick {
+    pub at: Option<Instant>,
+    pub reads: f64,
+    pub exhausted: f64,
+}
+
+/// The controller's counters every second since the start. The server's own counters cannot
+/// be sampled that often: with 1,000 task queues its metrics page is about 100 MB and takes
+/// seconds to render, so the server is read only at the start and end of each measurement.
+/// Every RPC the controller sends reaches the server's frontend, so the per-second series of
+/// reads is the same from either side.
 #[derive(Clone, Default)]
-pub struct Sampler(Arc<Mutex<Vec<Sample>>>);
+pub struct Sampler(Arc<Mutex<Vec<Tick>>>);
 
 impl Sampler {
-    pub fn spawn(metrics_address: String) -> (Self, JoinHandle<()>) {
+    /// Samples the controller's `/metrics` at `controller_address` (`host:port`; the same
+    /// across restarts).
+    pub fn spawn(controller_address: String) -> (Self, JoinHandle<()>) {
         let sampler = Self::default();
-        let samples = sampler.0.clone();
+        let ticks = sampler.0.clone();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            // Raw counters last seen, to sum across restarts (a counter that went down was
+            // reset by a restart).
+            let (mut last_reads, mut last_exhausted) = (0.0, 0.0);
+            let mut total = Tick::default();
             loop {
                 tick.tick().await;
-                let s = sample(&metrics_address).await;
-                if let Ok(mut v) = samples.lock() {
-                    v.push(s);
+                let Ok(text) =
+                    twc_testenv::temporal::http_get_text(&controller_address, "/metrics").await
+                else {
+                    continue;
+                };
+                let reads: f64 = READ_OPERATIONS
+                    .iter()
+                    .map(|op| controller_counter(&text, "twc_temporal_rpc_total", &[("rpc", op)]))
+                    .fold(0.0, |a, b| a + b);
+                let exhausted = controller_counter(
+                    &text,
+                    "twc_temporal_rpc_total",
+                    &[("code", "ResourceExhausted")],
+                );
+                let grew = |now: f64, last: f64| if now >= last { now - last } else { now };
+                total.reads += grew(reads, last_reads);
+                total.exhausted += grew(exhausted, last_exhausted);
+                (last_reads, last_exhausted) = (reads, exhausted);
+                total.at = Some(Instant::now());
+                if let Ok(mut v) = ticks.lock() {
+                    v.push(total);
                 }
             }
         });
         (sampler, task)
     }
 
-    /// Samples taken from `since` on.
-    pub fn since(&self, since: Instant) -> Vec<Sample> {
+    /// Ticks from `since` on.
+    pub fn since(&self, since: Instant) -> Vec<Tick> {
         self.0
             .lock()
             .map(|v| {
                 v.iter()
                     .filter(|s| s.at.is_some_and(|t| t >= since))
-                    .cloned()
+                    .copied()
                     .collect()
             })
             .unwrap_or_default()
     }
 
-    /// The latest sample.
-    pub fn last(&self) -> Sample {
+    /// The latest tick.
+    pub fn last(&self) -> Tick {
         self.0
             .lock()
             .ok()
-            .and_then(|v| v.last().cloned())
+            .and_then(|v| v.last().copied())
             .unwrap_or_default()
     }
 }
 
-/// The most reads the server saw in any `window` of consecutive samples (1 s apart).
-pub fn max_reads_in(samples: &[Sample], window: usize) -> f64 {
-    if samples.len() <= window {
-        return match (samples.first(), samples.last()) {
-            (Some(a), Some(b)) => b.reads() - a.reads(),
+/// The most reads in any `window` of consecutive ticks (1 s apart).
+pub fn max_reads_in(ticks: &[Tick], window: usize) -> f64 {
+    if ticks.len() <= window {
+        return match (ticks.first(), ticks.last()) {
+            (Some(a), Some(b)) => b.reads - a.reads,
             _ => 0.0,
         };
     }
-    samples
+    ticks
         .windows(window + 1)
-        .map(|w| w[window].reads() - w[0].reads())
+        .map(|w| w[window].reads - w[0].reads)
         .fold(0.0, f64::max)
 }
 
