@@ -595,13 +595,18 @@ impl Run {
             self.cli.settle_seconds
         );
         tokio::time::sleep(Duration::from_secs(self.cli.settle_seconds)).await;
+        self.sampler.pause(true);
         let before = observe::sample(&self.env.temporal.metrics_address).await;
         let ctl_before = self.controller_metrics().await;
-        let u0 = self.controller.usage_figures();
+        let (u0, t0) = (self.controller.usage_figures(), Instant::now());
         tokio::time::sleep(Duration::from_secs(secs)).await;
-        let after = observe::sample(&self.env.temporal.metrics_address).await;
+        let (u1, cpu_minutes) = (
+            self.controller.usage_figures(),
+            t0.elapsed().as_secs_f64() / 60.0,
+        );
         let ctl_after = self.controller_metrics().await;
-        let u1 = self.controller.usage_figures();
+        let after = observe::sample(&self.env.temporal.metrics_address).await;
+        self.sampler.pause(false);
         let minutes = match (after.at, before.at) {
             (Some(a), Some(b)) => a.duration_since(b).as_secs_f64() / 60.0,
             _ => secs as f64 / 60.0,
@@ -632,7 +637,7 @@ impl Run {
             "  controller CPU",
             format!(
                 "{:.2} s per minute",
-                (u1.cpu_seconds - u0.cpu_seconds) / minutes
+                (u1.cpu_seconds - u0.cpu_seconds) / cpu_minutes
             ),
         );
         row(
