@@ -34,6 +34,15 @@ const POLL_TIMEOUT: Duration = Duration::from_secs(75);
 /// Status writes in flight at once.
 const STATUS_WRITES: usize = 32;
 
+/// When the watch first saw each versioned Deployment.
+#[derive(Default)]
+pub struct FirstSeen {
+    /// `namespace/deployment` of every Deployment seen.
+    pub deployments: std::collections::HashSet<String>,
+    /// `namespace/workerdeployment` -> (`namespace/deployment`, first seen), in order.
+    pub by_wd: HashMap<String, Vec<(String, Instant)>>,
+}
+
 /// Counters of what the fleet did.
 #[derive(Default)]
 pub struct Counts {
@@ -49,8 +58,8 @@ pub struct Fleet {
     client: Client,
     temporal_address: String,
     enabled: bool,
-    /// `namespace/deployment` -> when the watch first saw it.
-    pub first_seen: std::sync::Mutex<HashMap<String, (String, Instant)>>,
+    /// When the watch first saw each Deployment, by WorkerDeployment.
+    pub first_seen: std::sync::Mutex<FirstSeen>,
     pub counts: Counts,
     pollers: Mutex<HashMap<String, JoinHandle<()>>>,
     /// The status last written, `namespace/deployment` -> (generation, replicas).
@@ -118,8 +127,14 @@ impl Fleet {
             .get(twc_api::labels::DEPLOYMENT_NAME)
             .cloned()
             .unwrap_or_default();
-        if let Ok(mut seen) = self.first_seen.lock() {
-            seen.entry(key.clone()).or_insert((wd, Instant::now()));
+        if let Ok(mut seen) = self.first_seen.lock()
+            && seen.deployments.insert(key.clone())
+        {
+            let ns = d.namespace().unwrap_or_default();
+            seen.by_wd
+                .entry(format!("{ns}/{wd}"))
+                .or_default()
+                .push((key.clone(), Instant::now()));
         }
         if !self.enabled {
             return;

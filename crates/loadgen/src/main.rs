@@ -467,7 +467,7 @@ impl Run {
         let mut last_sample = self.sampler.last();
         loop {
             let done = if self.cli.pods_never_start {
-                self.with_deployment(since, false)
+                self.with_deployment()
             } else {
                 self.tracker.complete(&self.want)
             };
@@ -504,20 +504,13 @@ impl Run {
         }
     }
 
-    /// How many WorkerDeployments have a versioned Deployment first seen after `since`
-    /// (`only_new`) or at all.
-    fn with_deployment(&self, since: Instant, only_new: bool) -> usize {
-        let Ok(seen) = self.fleet.first_seen.lock() else {
-            return 0;
-        };
-        let mut wds: std::collections::HashSet<String> = Default::default();
-        for (key, (wd, at)) in seen.iter() {
-            if !only_new || *at >= since {
-                let ns = key.split('/').next().unwrap_or_default();
-                wds.insert(format!("{ns}/{wd}"));
-            }
-        }
-        wds.len()
+    /// How many WorkerDeployments have a versioned Deployment.
+    fn with_deployment(&self) -> usize {
+        self.fleet
+            .first_seen
+            .lock()
+            .map(|seen| seen.by_wd.len())
+            .unwrap_or(0)
     }
 
     fn usage_row(&self) {
@@ -738,21 +731,20 @@ impl Run {
             found = Vec::new();
             if let Ok(seen) = self.fleet.first_seen.lock() {
                 for (ns, name, at) in &written {
+                    let wd = format!("{ns}/{name}");
                     let first = seen
-                        .iter()
-                        .filter(|(key, (wd, t))| {
-                            wd == name && key.starts_with(&format!("{ns}/")) && *t >= *at
-                        })
-                        .min_by_key(|(_, (_, t))| *t);
-                    if let Some((key, (_, t))) = first {
-                        found.push((t.duration_since(*at), format!("{ns}/{name}"), key.clone()));
+                        .by_wd
+                        .get(&wd)
+                        .and_then(|v| v.iter().find(|(_, t)| *t >= *at));
+                    if let Some((deployment, t)) = first {
+                        found.push((t.duration_since(*at), wd, deployment.clone()));
                     }
                 }
             }
             if found.len() == written.len() || Instant::now() > deadline {
                 break;
             }
-            tokio::time::sleep(Duration::from_millis(50)).await;
+            tokio::time::sleep(Duration::from_millis(200)).await;
         }
         found.sort();
         let mut latencies: Vec<Duration> = found.iter().map(|(d, _, _)| *d).collect();
