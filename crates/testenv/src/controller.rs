@@ -21,7 +21,7 @@ impl Controller {
     }
 
     /// The same as process `name` (log `dir/<name>.log`), with `extra` arguments for
-    /// `twc run`.
+    /// `twc run`, polling Temporal fast (1 s moving, 10 s steady) so tests go quickly.
     pub fn start_named(
         env: &TestEnv,
         dir: &Path,
@@ -29,20 +29,40 @@ impl Controller {
         identity: &str,
         extra: &[&str],
     ) -> Result<Self, Error> {
-        let bin = crate::paths::workspace_binary("temporal-worker-controller", "twc")?;
+        // The test servers refresh drainage every second.
+        let mut args = vec![
+            "--fast-poll-seconds",
+            "1",
+            "--steady-poll-seconds",
+            "10",
+            "--drainage-poll-seconds",
+            "1",
+        ];
+        args.extend_from_slice(extra);
+        Self::start_with_args(env, dir, name, identity, &args)
+    }
+
+    /// Process `name` (log `dir/<name>.log`) with leader election, its endpoints on a free
+    /// port and exactly `args` besides: every other flag of `twc run` keeps its production
+    /// default (poll intervals included), for benchmarks.
+    pub fn start_with_args<S: AsRef<str>>(
+        env: &TestEnv,
+        dir: &Path,
+        name: &str,
+        identity: &str,
+        args: &[S],
+    ) -> Result<Self, Error> {
+        // `TWC_CONTROLLER_BINARY` runs another build (a release build, for figures).
+        let bin = match std::env::var_os("TWC_CONTROLLER_BINARY") {
+            Some(path) => std::path::PathBuf::from(path),
+            None => crate::paths::workspace_binary("temporal-worker-controller", "twc")?,
+        };
         let addr = format!("127.0.0.1:{}", crate::process::free_port()?);
         let mut spec = Spec::new(name, bin, dir.join(format!("{name}.log")))
             .args([
                 "run",
                 "--identity",
                 identity,
-                "--fast-poll-seconds",
-                "1",
-                "--steady-poll-seconds",
-                "10",
-                // The test servers refresh drainage every second.
-                "--drainage-poll-seconds",
-                "1",
                 "--leader-elect",
                 "--leader-election-namespace",
                 "default",
@@ -51,7 +71,7 @@ impl Controller {
                 "--health-probe-bind-address",
                 &addr,
             ])
-            .args(extra.iter().copied());
+            .args(args.iter().map(|a| a.as_ref()));
         spec.env.push((
             "KUBECONFIG".into(),
             env.control_plane.kubeconfig_path.display().to_string(),
@@ -103,6 +123,15 @@ impl Controller {
 
     /// Resident memory (now and peak) and CPU time so far, from /proc.
     pub fn usage(&self) -> String {
+        let u = self.usage_figures();
+        format!(
+            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
+            u.rss_mib, u.peak_rss_mib, u.cpu_seconds
+        )
+    }
+
+    /// The figures of [`Controller::usage`], as numbers (zero when /proc cannot be read).
+    pub fn usage_figures(&self) -> Usage {
         let pid = self.process.pid();
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let kib = |key: &str| {
@@ -124,12 +153,11 @@ impl Controller {
                     .sum()
             })
             .unwrap_or(0.0);
-        format!(
-            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
-            kib("VmRSS:") / 1024.0,
-            kib("VmHWM:") / 1024.0,
-            ticks / 100.0
-        )
+        Usage {
+            rss_mib: kib("VmRSS:") / 1024.0,
+            peak_rss_mib: kib("VmHWM:") / 1024.0,
+            cpu_seconds: ticks / 100.0,
+        }
     }
 
     /// Temporal RPCs the controller made, from its metrics.
@@ -144,4 +172,15 @@ impl Controller {
             .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
             .sum()
     }
+}
+
+/// A process's resources, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Resident memory now (VmRSS), MiB.
+    pub rss_mib: f64,
+    /// Peak resident memory (VmHWM), MiB.
+    pub peak_rss_mib: f64,
+    /// User + system CPU time so far, seconds.
+    pub cpu_seconds: f64,
 }

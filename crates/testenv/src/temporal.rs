@@ -319,3 +319,135 @@ pub async fn workflow_status(
         .unwrap_or_default();
     Ok(format!("{:?}", info.status()))
 }
+
+impl TemporalServer {
+    /// The server's Prometheus metrics (`/metrics` on [`TemporalServer::metrics_address`]).
+    pub async fn metrics(&self) -> Result<String, Error> {
+        http_get_text(&self.metrics_address, "/metrics").await
+    }
+
+    /// Requests the frontend served so far, by `operation` (`service_requests`).
+    pub async fn service_requests(&self) -> Result<std::collections::BTreeMap<String, f64>, Error> {
+        let text = self.metrics().await?;
+        Ok(sum_by_label(
+            &text,
+            "service_requests",
+            &[("service_name", "frontend")],
+            "operation",
+        ))
+    }
+}
+
+/// GET `path` over plain HTTP/1.0 from `address` (`host:port`): the body.
+pub async fn http_get_text(address: &str, path: &str) -> Result<String, Error> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let io = |e: std::io::Error| Error::Other(format!("GET http://{address}{path}: {e}"));
+    let mut stream = tokio::net::TcpStream::connect(address).await.map_err(io)?;
+    stream
+        .write_all(format!("GET {path} HTTP/1.0\r\nHost: {address}\r\n\r\n").as_bytes())
+        .await
+        .map_err(io)?;
+    let mut buf = Vec::new();
+    stream.read_to_end(&mut buf).await.map_err(io)?;
+    let raw = String::from_utf8_lossy(&buf);
+    Ok(raw
+        .split_once("\r\n\r\n")
+        .map(|(_, b)| b.to_string())
+        .unwrap_or_default())
+}
+
+/// Sums the samples of Prometheus metric `name` in `text` that carry every label of `must`,
+/// grouped by the value of label `by` (missing: the empty string).
+pub fn sum_by_label(
+    text: &str,
+    name: &str,
+    must: &[(&str, &str)],
+    by: &str,
+) -> std::collections::BTreeMap<String, f64> {
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix(name) else {
+            continue;
+        };
+        let (labels, value) = match rest.strip_prefix('{') {
+            Some(r) => match r.rsplit_once('}') {
+                Some((labels, value)) => (labels, value),
+                None => continue,
+            },
+            None if rest.starts_with(' ') => ("", rest),
+            None => continue,
+        };
+        let Some(value) = value
+            .split_whitespace()
+            .next()
+            .and_then(|v| v.parse::<f64>().ok())
+        else {
+            continue;
+        };
+        let pairs = label_pairs(labels);
+        let label = |key: &str| {
+            pairs
+                .iter()
+                .find(|(k, _)| *k == key)
+                .map(|(_, v)| v.as_str())
+        };
+        if must.iter().all(|(k, v)| label(k) == Some(*v)) {
+            *out.entry(label(by).unwrap_or_default().to_string())
+                .or_default() += value;
+        }
+    }
+    out
+}
+
+/// `a="x",b="y"` -> [(a, x), (b, y)], with `\"` and `\\` unescaped.
+fn label_pairs(labels: &str) -> Vec<(&str, String)> {
+    let mut out = Vec::new();
+    let mut rest = labels;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, n)) = chars.next() {
+                        value.push(n);
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        out.push((key.trim_start_matches(',').trim(), value));
+        rest = &after[end..];
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn sums_samples_by_label() {
+        let text = "# HELP service_requests x\n\
+            service_requests{operation=\"A\",service_name=\"frontend\"} 3\n\
+            service_requests{operation=\"A\",service_name=\"frontend\",x=\"y\"} 2\n\
+            service_requests{operation=\"A\",service_name=\"history\"} 7\n\
+            service_requests_total{operation=\"A\",service_name=\"frontend\"} 9\n\
+            service_requests{operation=\"B\",service_name=\"frontend\"} 1.5\n";
+        let m = super::sum_by_label(
+            text,
+            "service_requests",
+            &[("service_name", "frontend")],
+            "operation",
+        );
+        assert_eq!(m.get("A"), Some(&5.0));
+        assert_eq!(m.get("B"), Some(&1.5));
+        assert_eq!(m.len(), 2);
+        let m = super::sum_by_label("m{a=\"x,\\\"y\",b=\"z\"} 1\nm 2\n", "m", &[], "b");
+        assert_eq!(m.get("z"), Some(&1.0));
+        assert_eq!(m.get(""), Some(&2.0));
+    }
+}
