@@ -135,6 +135,14 @@ impl Sample {
     pub fn exhausted_total(&self) -> f64 {
         self.exhausted.values().fold(0.0, |a, b| a + b)
     }
+
+    /// `ResourceExhausted` answers to Worker Deployment reads.
+    pub fn exhausted_reads(&self) -> f64 {
+        READ_OPERATIONS
+            .iter()
+            .filter_map(|op| self.exhausted.get(*op))
+            .fold(0.0, |a, b| a + b)
+    }
 }
 
 /// Reads the server's counters now.
@@ -210,11 +218,18 @@ impl Sampler {
                     .iter()
                     .map(|op| controller_counter(&text, "twc_temporal_rpc_total", &[("rpc", op)]))
                     .fold(0.0, |a, b| a + b);
-                let exhausted = controller_counter(
-                    &text,
-                    "twc_temporal_rpc_total",
-                    &[("code", "ResourceExhausted")],
-                );
+                // Refused reads only: a routing write refused for the deployment's own update
+                // rate ("too many requests issued to Worker Deployment") is not the read budget's.
+                let exhausted: f64 = READ_OPERATIONS
+                    .iter()
+                    .map(|op| {
+                        controller_counter(
+                            &text,
+                            "twc_temporal_rpc_total",
+                            &[("rpc", op), ("code", "ResourceExhausted")],
+                        )
+                    })
+                    .fold(0.0, |a, b| a + b);
                 let grew = |now: f64, last: f64| if now >= last { now - last } else { now };
                 total.reads += grew(reads, last_reads);
                 total.exhausted += grew(exhausted, last_exhausted);
