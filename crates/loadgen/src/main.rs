@@ -128,7 +128,10 @@ struct Run {
     /// `namespace/name` of every WorkerDeployment.
     wds: Vec<(String, String)>,
     /// The generation each WorkerDeployment must report RolloutComplete for.
-    want: HashMap<String, i64>,
+    want: HashMap<String, (i64, usize)>,
+    /// The most WorkerDeployments seen at once reporting RolloutComplete for their new
+    /// generation while the old build was still current.
+    premature: usize,
     /// The image tag last written to every WorkerDeployment.
     tag: usize,
     /// Rollouts that did not complete in time.
@@ -217,6 +220,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         sampler,
         wds: Vec::new(),
         want: HashMap::new(),
+        premature: 0,
         tag: 1,
         incomplete: 0,
         started,
@@ -236,6 +240,12 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         failed = run.check().await;
     }
     run.fleet_summary().await;
+    if run.premature > 0 {
+        println!(
+            "\nodd: up to {} WorkerDeployments at once reported Progressing=RolloutComplete for their new generation while the old build was still current",
+            run.premature
+        );
+    }
     println!(
         "\nrun took {:.0} s in all",
         run.started.elapsed().as_secs_f64()
@@ -399,7 +409,7 @@ impl Run {
             .collect();
         let t = Instant::now();
         let client = self.client.clone();
-        let created: Vec<(String, i64)> =
+        let created: Vec<(String, (i64, usize))> =
             futures::stream::iter(self.wds.iter().map(|(ns, name)| {
                 let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
                 let manifest = wd_manifest(ns, name, &self.cli.temporal_namespace, 1);
@@ -411,7 +421,7 @@ impl Run {
                         .with_context(|| format!("create WorkerDeployment {ns}/{name}"))?;
                     Ok::<_, anyhow::Error>((
                         format!("{ns}/{name}"),
-                        made.metadata.generation.unwrap_or(1),
+                        (made.metadata.generation.unwrap_or(1), 1),
                     ))
                 }
             }))
@@ -469,7 +479,11 @@ impl Run {
             let done = if self.cli.pods_never_start {
                 self.with_deployment()
             } else {
-                self.tracker.complete(&self.want)
+                let (done, premature) = self.tracker.complete(&self.want);
+                if premature > self.premature {
+                    self.premature = premature;
+                }
+                done
             };
             if done >= self.want.len() {
                 return since.elapsed();
@@ -721,7 +735,7 @@ impl Run {
             let at = Instant::now();
             let generation = self.set_image(ns, name, tag).await?;
             written.push((ns.clone(), name.clone(), at));
-            want.insert(format!("{ns}/{name}"), generation);
+            want.insert(format!("{ns}/{name}"), (generation, tag));
             tokio::time::sleep(gap).await;
         }
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -811,12 +825,12 @@ impl Run {
         let before = observe::sample(&self.env.temporal.metrics_address).await;
         let t = Instant::now();
         let wds = self.wds.clone();
-        let generations: Vec<(String, i64)> =
+        let generations: Vec<(String, (i64, usize))> =
             futures::stream::iter(wds.iter().map(|(ns, name)| {
                 let this = &*self;
                 async move {
                     let g = this.set_image(ns, name, tag).await?;
-                    Ok::<_, anyhow::Error>((format!("{ns}/{name}"), g))
+                    Ok::<_, anyhow::Error>((format!("{ns}/{name}"), (g, tag)))
                 }
             }))
             .buffer_unordered(self.cli.concurrency)

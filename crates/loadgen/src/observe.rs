@@ -38,8 +38,10 @@ pub const READ_OPERATIONS: &[&str] = &[
 ];
 
 /// One WorkerDeployment as last seen.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct WdState {
+    /// `status.currentVersion.buildID`.
+    pub current_build: Option<String>,
     /// The generation a `Progressing` condition with reason `RolloutComplete` was written for.
     pub complete_generation: Option<i64>,
 }
@@ -83,19 +85,31 @@ impl Tracker {
         (tracker, task)
     }
 
-    /// How many of `want` (key -> generation) report RolloutComplete for that generation or a
-    /// later one.
-    pub fn complete(&self, want: &HashMap<String, i64>) -> usize {
+    /// How many of `want` (key -> (generation, image tag)) report RolloutComplete for that
+    /// generation or a later one, with a build ID of that tag current (the harness's images
+    /// are `...:v<tag>`, so their build IDs start with `v<tag>-`); and how many report
+    /// RolloutComplete for the generation while an older build is still current.
+    pub fn complete(&self, want: &HashMap<String, (i64, usize)>) -> (usize, usize) {
         let Ok(m) = self.0.lock() else {
-            return 0;
+            return (0, 0);
         };
-        want.iter()
-            .filter(|(k, g)| {
-                m.get(*k)
-                    .and_then(|s| s.complete_generation)
-                    .is_some_and(|c| c >= **g)
-            })
-            .count()
+        let (mut done, mut premature) = (0, 0);
+        for (k, (g, tag)) in want {
+            let Some(s) = m.get(k) else { continue };
+            if s.complete_generation.is_none_or(|c| c < *g) {
+                continue;
+            }
+            let prefix = format!("v{tag}-");
+            if s.current_build
+                .as_deref()
+                .is_some_and(|b| b.starts_with(&prefix))
+            {
+                done += 1;
+            } else {
+                premature += 1;
+            }
+        }
+        (done, premature)
     }
 }
 
@@ -109,7 +123,13 @@ fn state_of(wd: &WorkerDeployment) -> WdState {
             })
             .map(|c| c.observed_generation.unwrap_or(0))
     });
+    let current_build = wd
+        .status
+        .as_ref()
+        .and_then(|s| s.current_version.as_ref())
+        .map(|c| c.base.build_id.clone());
     WdState {
+        current_build,
         complete_generation,
     }
 }
