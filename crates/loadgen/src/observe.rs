@@ -313,6 +313,21 @@ pub fn max_reads_in(ticks: &[Tick], window: usize) -> f64 {
         .fold(0.0, f64::max)
 }
 
+/// The most any window of `window` samples held above what a token bucket of `rate` per
+/// second allows in the time the window really spans, counting one second more for reads
+/// that got their token before the window began and completed (were counted) in it: the
+/// bucket keeps this at or under its burst.
+pub fn max_reads_over_budget(ticks: &[Tick], window: usize, rate: f64) -> f64 {
+    ticks
+        .windows(window.min(ticks.len().saturating_sub(1)) + 1)
+        .filter_map(|w| {
+            let (a, b) = (w.first()?, w.last()?);
+            let span = b.at?.duration_since(a.at?).as_secs_f64();
+            Some(b.reads - a.reads - rate * (span + 1.0))
+        })
+        .fold(f64::MIN, f64::max)
+}
+
 /// `after - before` by key, keys with no change left out.
 pub fn diff(
     after: &BTreeMap<String, f64>,
