@@ -629,16 +629,12 @@ impl Run {
                 own / minutes / self.total() as f64
             ),
         );
-        let re = |t: &str| {
-            observe::controller_counter(
-                t,
-                "twc_temporal_rpc_total",
-                &[("code", "ResourceExhausted")],
-            )
-        };
         row(
             "  controller saw ResourceExhausted",
-            format!("{:.0}", re(&ctl_after) - re(&ctl_before)),
+            format!(
+                "{:.0}",
+                observe::refused(&ctl_after) - observe::refused(&ctl_before)
+            ),
         );
         row(
             "  controller CPU",
@@ -882,16 +878,12 @@ impl Run {
             "  controller's RPCs per WD, whole rollout",
             format!("{:.1}", controller / w as f64),
         );
-        let re = |t: &str| {
-            observe::controller_counter(
-                t,
-                "twc_temporal_rpc_total",
-                &[("code", "ResourceExhausted")],
-            )
-        };
         row(
             "  controller saw ResourceExhausted",
-            format!("{:.0}", re(&ctl_after) - re(&ctl_before)),
+            format!(
+                "{:.0}",
+                observe::refused(&ctl_after) - observe::refused(&ctl_before)
+            ),
         );
         self.usage_row();
         Ok(())

@@ -341,6 +341,15 @@ pub fn diff(
 }
 
 /// Sum of samples of `name` in a controller's `/metrics` text with every label of `must`.
+/// The controller's RPCs answered `ResourceExhausted`, from its metrics page `text`.
+pub fn refused(text: &str) -> f64 {
+    controller_counter(
+        text,
+        "twc_temporal_rpc_total",
+        &[("code", "ResourceExhausted")],
+    )
+}
+
 pub fn controller_counter(text: &str, name: &str, must: &[(&str, &str)]) -> f64 {
     twc_testenv::temporal::sum_by_label(text, name, must, "")
         .values()
