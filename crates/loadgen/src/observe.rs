@@ -340,7 +340,6 @@ pub fn diff(
         .collect()
 }
 
-/// Sum of samples of `name` in a controller's `/metrics` text with every label of `must`.
 /// The controller's RPCs answered `ResourceExhausted`, from its metrics page `text`.
 pub fn refused(text: &str) -> f64 {
     controller_counter(
@@ -350,6 +349,7 @@ pub fn refused(text: &str) -> f64 {
     )
 }
 
+/// Sum of samples of `name` in a controller's `/metrics` text with every label of `must`.
 pub fn controller_counter(text: &str, name: &str, must: &[(&str, &str)]) -> f64 {
     twc_testenv::temporal::sum_by_label(text, name, must, "")
         .values()
