@@ -149,8 +149,6 @@ pub struct Plan {
     /// Versions Temporal cannot account for here, left exactly as they are (not scaled, not
     /// deleted, not reconnected): what is not known is never taken for what is not there.
     pub kept: Vec<Kept>,
-    /// Something is in motion: poll Temporal fast.
-    pub moving: bool,
     /// The earliest time this plan changes by itself, with nothing else changing: a ramp
     /// step's end, a sunset delay's.
     pub wake_at: Option<SystemTime>,
@@ -430,10 +428,8 @@ pub fn plan_with(
                     });
                 }
             }
-            VersionStatus::Draining => {
-                // Never scale a draining version: its pinned workflows need the workers.
-                plan.moving = true;
-            }
+            // Never scale a draining version: its pinned workflows need the workers.
+            VersionStatus::Draining => {}
             VersionStatus::Ramping | VersionStatus::Current => {
                 if let Some(r) = replicas
                     && d.spec_replicas != Some(r)
@@ -455,10 +451,8 @@ pub fn plan_with(
                     if d.spec_replicas != Some(0) {
                         plan.scale.push((d.name.clone(), 0));
                     }
-                    plan.moving |= delete_after.saturating_sub(age) < Duration::from_secs(120);
                     plan.wake(since + delete_after);
                 } else {
-                    plan.moving |= scaledown.saturating_sub(age) < Duration::from_secs(120);
                     plan.wake(since + scaledown);
                 }
             }
@@ -502,11 +496,6 @@ pub fn plan_with(
     // before the routing change.
     plan.claim_manager =
         plan.routing.is_some() && identity.manager(&state.manager_identity) == Manager::Claimable;
-    // Waiting for pollers of a target scaled to zero would wait forever: that is not motion.
-    let target_scaled_to_zero =
-        spec.replicas == Some(0) && status_of(state, &target) == VersionStatus::NotRegistered;
-    plan.moving |= (current.as_deref() != Some(target.as_str()) && !target_scaled_to_zero)
-        || plan.routing.is_some();
     plan
 }
 

@@ -249,7 +249,11 @@ fn a_new_template_creates_its_deployment_and_waits_for_pollers() {
         Some(build_id::deployment_name("w", &p.target_build_id).as_str())
     );
     assert_eq!(p.routing, None, "no pollers yet: never route");
-    assert!(p.moving);
+    // No Deployment yet: nothing to read until its workers are up.
+    assert_eq!(
+        paced(&wd, &world(&wd).build(), &p).reuse,
+        Reuse::Until(None)
+    );
 }
 
 #[test]
@@ -448,7 +452,11 @@ fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
         "scaled up"
     );
     assert_eq!(p.routing, None, "no new work before its workers are ready");
-    assert!(p.moving);
+    // Scaled up: its pods becoming ready brings the next read.
+    assert_eq!(
+        paced(&wd, &scaled_down.clone().build(), &p).reuse,
+        Reuse::Until(None)
+    );
     // Its workers are ready again: the rollback goes through at once.
     let back = scaled_down.deployment(&target, Some(2)).build();
     assert_eq!(
@@ -939,7 +947,11 @@ fn a_gate_starts_one_pinned_run_per_workflow_queue_and_holds_routing_until_all_c
         "TWC's gate workflow ID"
     );
     assert_eq!(p.routing, None);
-    assert!(p.moving);
+    // Gates to start write to Temporal: read again at the fast poll.
+    assert_eq!(
+        paced(&wd, &gated_v2.clone().build(), &p).reuse,
+        Reuse::Never
+    );
 
     let o = gated_v2
         .clone()
@@ -1018,7 +1030,11 @@ fn a_gate_waits_until_the_version_reports_its_task_queues() {
     let p = plan(&wd, &conn(), &me(), &o);
     assert!(p.start_gates.is_empty());
     assert_eq!(p.routing, None);
-    assert!(p.moving);
+    assert_eq!(
+        paced(&wd, &o, &p).reuse,
+        Reuse::Never,
+        "the gate waits at the fast poll"
+    );
 }
 
 #[test]
@@ -1151,6 +1167,13 @@ fn without_a_collision_the_build_id_is_twc_s_and_a_custom_one_never_moves() {
         "the custom build's Deployment rolls to the new template"
     );
 }
+
+/// The pace after `p` was planned from `o`, at the production intervals.
+fn paced(wd: &WorkerDeployment, o: &Observed, p: &Plan) -> crate::plan::pace::Pace {
+    crate::plan::pace::pace(wd, o, p, &crate::config::Intervals::default())
+}
+
+use crate::plan::pace::Reuse;
 
 mod paced {
     use super::*;
