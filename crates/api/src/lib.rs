@@ -33,6 +33,26 @@ pub const FINALIZER: &str = "temporal.io/delete-protection";
 /// another manager still routes new work to.
 pub const SKIP_DRAINAGE_ANNOTATION: &str = "temporal.io/skip-drainage";
 
+/// The rollout controls: annotations on a WorkerDeployment that a person (`kubectl annotate`,
+/// `twc pause|resume|promote|abort|retry`) or a GitOps tool sets. The controller reads them and
+/// never writes them; what it acted on is in `status.controls`.
+pub mod controls {
+    /// `"true"`: routing changes are held (no ramp step, no promotion). Remove it, or set any
+    /// other value, to resume. A failing build is still rolled back while paused, and the
+    /// progress deadline does not run.
+    pub const PAUSED: &str = "temporal.io/rollout-paused";
+    /// A build ID: promote that build as soon as it is the target with its workers up, skipping
+    /// the remaining ramp steps and a gate still running. Ignored once it is current or if it
+    /// names another build.
+    pub const PROMOTE: &str = "temporal.io/promote";
+    /// Any new value (`twc abort` writes the time): roll the target back now and mark it
+    /// failed, as an automatic rollback does. Acted on once per value.
+    pub const ABORT: &str = "temporal.io/abort";
+    /// Any new value (`twc retry` writes the time): clear the target's failed mark; its
+    /// progress deadline starts again. Acted on once per value.
+    pub const RETRY: &str = "temporal.io/retry";
+}
+
 /// Labels and annotations the controller sets, as TWC does.
 pub mod labels {
     /// On versioned Deployments and their pods: the build ID.
@@ -61,6 +81,18 @@ pub mod conditions {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const PLAN_GENERATION_FAILED: &str = "PlanGenerationFailed";
     pub const PLAN_EXECUTION_FAILED: &str = "PlanExecutionFailed";
+
+    /// Not in TWC: the target failed its rollout. `Ready` and `Progressing` are False with one
+    /// of these reasons, and `RolledBack` is True with it when new workflows had reached the
+    /// build and were routed back.
+    pub const ROLLED_BACK: &str = "RolledBack";
+    pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
+    pub const WORKERS_CRASH_LOOPING: &str = "WorkersCrashLooping";
+    pub const ABORTED: &str = "Aborted";
+    /// `RolledBack=False`: the target is not (or no longer) rolled back.
+    pub const NOT_ROLLED_BACK: &str = "NotRolledBack";
+    /// `Progressing=False` while `temporal.io/rollout-paused` holds routing.
+    pub const PAUSED: &str = "Paused";
 
     /// Not in TWC: whether Temporal accounts for every version that has a Deployment. False
     /// names the versions left exactly as they are (not scaled, not deleted) and why; the

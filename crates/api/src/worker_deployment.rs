@@ -53,8 +53,14 @@ pub struct WorkerDeploymentSpec {
     #[schemars(range(min = 0))]
     pub min_ready_seconds: i32,
 
-    /// Accepted for compatibility with TWC manifests; the versioned Deployments keep the
-    /// Kubernetes default progress deadline.
+    /// How long, in seconds, the target version may take to have its workers ready and polling
+    /// Temporal. Past it the rollout fails: `Progressing=False` with reason
+    /// `ProgressDeadlineExceeded` and a Warning naming what is missing, and the build is not
+    /// promoted until the template changes or a retry is asked for (annotation
+    /// `temporal.io/retry`). During a ramp, how long the target's Deployment may stay
+    /// unavailable before new workflows are routed back. Counted from when the build became
+    /// the target (not while the rollout is paused). 0 or less: no deadline. Default 600. The
+    /// versioned Deployments keep the Kubernetes default of their own.
     #[serde(
         default = "default_progress_deadline",
         skip_serializing_if = "Option::is_none"
@@ -408,6 +414,10 @@ pub struct TargetWorkerDeploymentVersion {
     /// When the ramp percentage last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_last_modified_at: Option<Time>,
+    /// When this build became the target; the progress deadline counts from here (a retry
+    /// starts it again).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target_since: Option<Time>,
 }
 
 /// The version that currently receives new workflows.
@@ -483,10 +493,60 @@ pub struct WorkerDeploymentStatus {
     /// connection is released.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_connection_ref: Option<ObservedConnectionRef>,
-    /// Latest observations (`Ready`, `Progressing`).
+    /// The target build that failed, if it did: it gets no new workflows until the template
+    /// changes (a new build) or a retry is asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_version: Option<FailedVersion>,
+    /// The rollout controls (annotations) as the controller last acted on them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub controls: Option<RolloutControls>,
+    /// Latest observations (`Ready`, `Progressing`, `RolledBack`, `VersionsKnown`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A target build that failed its rollout.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailedVersion {
+    /// The build ID that failed.
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// Why: `ProgressDeadlineExceeded`, `WorkersCrashLooping` or `Aborted`.
+    pub reason: String,
+    /// What was seen, for people.
+    pub message: String,
+    /// When it failed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_at: Option<Time>,
+    /// Whether new workflows had been routed to it and were routed back (its ramp cleared, or
+    /// the previous current version restored).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub rolled_back: bool,
+}
+
+/// The rollout controls as last acted on; see the `temporal.io/rollout-paused`,
+/// `temporal.io/promote`, `temporal.io/abort` and `temporal.io/retry` annotations.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutControls {
+    /// Whether routing changes are paused.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub paused: bool,
+    /// The build last promoted on request (the `temporal.io/promote` annotation).
+    #[serde(
+        default,
+        rename = "promotedBuildID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub promoted_build_id: Option<String>,
+    /// The last `temporal.io/abort` value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abort: Option<String>,
+    /// The last `temporal.io/retry` value acted on.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry: Option<String>,
 }
 
 /// A spec problem the CRD schema cannot catch; reported as the `InvalidSpec` condition.

@@ -77,18 +77,22 @@ pub fn observe(d: &Deployment) -> Option<ObservedDeployment> {
         .and_then(|s| s.template.metadata.as_ref())
         .and_then(|m| m.annotations.clone())
         .unwrap_or_default();
-    let available_since = status
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| c.type_ == "Available" && c.status == "True")
-        })
-        .map(|c| {
-            c.last_transition_time
-                .as_ref()
-                .map(|t| SystemTime::from(t.0))
-                .unwrap_or(SystemTime::UNIX_EPOCH)
-        });
+    let available = |value: &str| {
+        status
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| {
+                cs.iter()
+                    .find(|c| c.type_ == "Available" && c.status == value)
+            })
+            .map(|c| {
+                c.last_transition_time
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0))
+                    .unwrap_or(SystemTime::UNIX_EPOCH)
+            })
+    };
+    let available_since = available("True");
+    let unavailable_since = available("False");
     Some(ObservedDeployment {
         name: d.name_any(),
         build_id,
@@ -96,6 +100,7 @@ pub fn observe(d: &Deployment) -> Option<ObservedDeployment> {
         replicas: status.and_then(|s| s.replicas).unwrap_or(0),
         ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
         available_since,
+        unavailable_since,
         connection_hash: annotations
             .get(twc_api::labels::CONNECTION_SPEC_HASH)
             .cloned(),

@@ -3,6 +3,7 @@
 
 pub mod build_id;
 pub mod deployment;
+pub mod guard;
 pub mod pace;
 
 use std::collections::BTreeMap;
@@ -32,6 +33,8 @@ pub struct ObservedDeployment {
     pub ready_replicas: i32,
     /// Since when `Available` is True; None when not available.
     pub available_since: Option<SystemTime>,
+    /// Since when `Available` is False; None when it is True or not reported.
+    pub unavailable_since: Option<SystemTime>,
     pub connection_hash: Option<String>,
     pub template_digest: Option<String>,
     /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
@@ -51,6 +54,20 @@ pub struct Observed {
     pub target: TargetObserved,
     /// A WorkerResourceTemplate scales the versions (an HPA): it owns their replicas.
     pub autoscaled: bool,
+    /// The target's containers that are not ready and say why (listed only while its pods
+    /// are not all ready).
+    pub target_pods: Vec<PodTrouble>,
+}
+
+/// A container of the target's pods that is not ready, with the kubelet's reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodTrouble {
+    pub pod: String,
+    pub container: String,
+    /// `CrashLoopBackOff`, `ErrImagePull`, `CreateContainerConfigError`, `Error`, ...
+    pub reason: String,
+    pub message: String,
+    pub restarts: i32,
 }
 
 impl Observed {
@@ -62,6 +79,7 @@ impl Observed {
             temporal: DeploymentState::default(),
             target: TargetObserved::default(),
             autoscaled: false,
+            target_pods: Vec::new(),
         }
     }
 }
@@ -150,8 +168,16 @@ pub struct Plan {
     /// deleted, not reconnected): what is not known is never taken for what is not there.
     pub kept: Vec<Kept>,
     /// The earliest time this plan changes by itself, with nothing else changing: a ramp
-    /// step's end, a sunset delay's.
+    /// step's end, a sunset delay's, a progress deadline.
     pub wake_at: Option<SystemTime>,
+    /// Since when the target is the target (recorded in the status).
+    pub target_since: Option<SystemTime>,
+    /// The target's failure, found now or carried from the status: it gets no new work.
+    pub failure: Option<guard::Failure>,
+    /// What the target waits for, for people (its pods' trouble).
+    pub waiting: Option<String>,
+    /// The rollout controls as this plan acts on them (recorded in the status).
+    pub controls: twc_api::RolloutControls,
 }
 
 impl Plan {
@@ -490,8 +516,48 @@ pub fn plan_with(
     plan.delete_versions.dedup();
 
     let window = limits.rollback_window;
-    plan.start_gates = gate_starts(wd, &target, observed, now, window);
-    plan.routing = routing(wd, &target, identity, observed, (now, window), &mut plan);
+    let guard = guard::assess(wd, &target, observed);
+    if let Some(at) = guard.deadline_at {
+        plan.wake(at);
+    }
+    plan.target_since = Some(guard.target_since);
+    plan.waiting = guard.waiting.clone();
+    plan.controls = guard.acted.clone();
+    let controls = &guard.controls;
+    let up = workers_up(&observed.deployments, &target);
+    if let Some(mut failure) = guard.failure {
+        // No new work to a failed build; what reached it goes back.
+        let back = roll_back(wd, &failure, &target, observed);
+        plan.routing = by_manager(back, identity, state, &mut plan);
+        if plan.routing.is_some() {
+            failure.rolled_back = true;
+        } else if failure.new
+            && failure.reason == twc_api::conditions::ABORTED
+            && state.current_build_id.as_deref() == Some(target.as_str())
+        {
+            failure.message.push_str(
+                "; no earlier version with running workers to route new workflows back to, so they stay on it",
+            );
+        }
+        plan.failure = Some(failure);
+    } else if controls.promote.as_deref() == Some(target.as_str())
+        && state.current_build_id.as_deref() != Some(target.as_str())
+        && status_of(state, &target) != VersionStatus::NotRegistered
+        && up
+    {
+        // Promoted on request: now, skipping the remaining steps (and a gate still running).
+        let promote = Some(Routing::SetCurrent(target.clone()));
+        plan.routing = by_manager(promote, identity, state, &mut plan);
+        if plan.routing.is_some() {
+            plan.controls.promoted_build_id = Some(target.clone());
+        }
+    } else {
+        plan.start_gates = gate_starts(wd, &target, observed, now, window);
+        let change = routing(wd, &target, observed, (now, window), &mut plan);
+        // Paused: only a stale ramp is cleared (the target is already current).
+        let change = change.filter(|c| !controls.paused || *c == Routing::ClearRamp);
+        plan.routing = by_manager(change, identity, state, &mut plan);
+    }
     // No manager yet, TWC's deprecated default or an identity named for takeover: claimed
     // before the routing change.
     plan.claim_manager =
@@ -546,10 +612,50 @@ fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
         .collect()
 }
 
+/// The routing that takes new work away from failed `target`: its ramp cleared; an aborted
+/// current version replaced by the one current before it. Under Manual, only an abort.
+fn roll_back(
+    wd: &WorkerDeployment,
+    failure: &guard::Failure,
+    target: &str,
+    observed: &Observed,
+) -> Option<Routing> {
+    let state = &observed.temporal;
+    let aborted = failure.new && failure.reason == twc_api::conditions::ABORTED;
+    if wd.spec.rollout.strategy == RolloutStrategyKind::Manual && !aborted {
+        // Manual routing is a person's: only their abort changes it.
+        return None;
+    }
+    if state.ramping_build_id.as_deref() == Some(target) {
+        return Some(Routing::ClearRamp);
+    }
+    if aborted && state.current_build_id.as_deref() == Some(target) {
+        return guard::previous_current(observed, target).map(Routing::SetCurrent);
+    }
+    None
+}
+
+/// `change`, unless another manager identity holds the routing (then None, and why).
+fn by_manager(
+    change: Option<Routing>,
+    identity: &Identity,
+    state: &DeploymentState,
+    plan: &mut Plan,
+) -> Option<Routing> {
+    let manager = &state.manager_identity;
+    if change.is_some() && identity.manager(manager) == Manager::Foreign {
+        let own = &identity.own;
+        plan.blocked = Some(format!(
+            "routing is managed by {manager:?}; the controller ({own}) will not change it until that manager identity is removed or named with --take-over-identity"
+        ));
+        return None;
+    }
+    change
+}
+
 fn routing(
     wd: &WorkerDeployment,
     target: &str,
-    identity: &Identity,
     observed: &Observed,
     (now, window): (SystemTime, Duration),
     plan: &mut Plan,
@@ -617,14 +723,6 @@ fn routing(
             (RolloutStrategyKind::Manual, true) => None,
         }
     };
-    let manager = &state.manager_identity;
-    if change.is_some() && identity.manager(manager) == Manager::Foreign {
-        let own = &identity.own;
-        plan.blocked = Some(format!(
-            "routing is managed by {manager:?}; the controller ({own}) will not change it until that manager identity is removed or named with --take-over-identity"
-        ));
-        return None;
-    }
     change
 }
 

@@ -8,6 +8,7 @@
 //! - during a ramp step: no read until the step ends (its end is known);
 //! - while older versions drain: read at the pace Temporal refreshes drainage
 //!   ([`Intervals::drainage`]), not at the fast poll;
+//! - a failed target, or a paused rollout: at the drainage pace (a person acts next);
 //! - at rest: reused for as long as the namespace's listing agrees (see
 //!   [`crate::temporal::reads`]).
 //!
@@ -71,7 +72,11 @@ pub fn pace(
     let ramping = state.ramping_build_id.as_deref() == Some(target);
     let mut until = plan.wake_at;
     let mut by = |t: SystemTime| until = Some(until.map_or(t, |u| u.min(t)));
-    if !current {
+    // A failed target, or a paused rollout, waits for a person: only drainage moves by itself.
+    let held = plan.failure.is_some() || plan.controls.paused;
+    if held {
+        by(now + intervals.drainage);
+    } else if !current {
         match status_of(state, target) {
             // Its pollers come any moment.
             VersionStatus::NotRegistered if up => return fast,

@@ -88,6 +88,7 @@ impl World {
             replicas: replicas.unwrap_or(1),
             ready_replicas: replicas.unwrap_or(1),
             available_since: Some(t(0)),
+            unavailable_since: None,
             connection_hash: Some(deployment::connection_hash(&conn())),
             template_digest: Some(self.template_digest.clone()),
             temporal_namespace: Some("default".into()),
@@ -452,10 +453,11 @@ fn a_rollback_to_a_version_scaled_to_zero_waits_for_its_workers() {
         "scaled up"
     );
     assert_eq!(p.routing, None, "no new work before its workers are ready");
-    // Scaled up: its pods becoming ready brings the next read.
+    // Scaled up: its pods becoming ready brings the next read (or its progress deadline).
+    let now = scaled_down.clone().build().now;
     assert_eq!(
         paced(&wd, &scaled_down.clone().build(), &p).reuse,
-        Reuse::Until(None)
+        Reuse::Until(Some(now + Duration::from_secs(600)))
     );
     // Its workers are ready again: the rollback goes through at once.
     let back = scaled_down.deployment(&target, Some(2)).build();
@@ -761,6 +763,8 @@ mod invariants {
         ramping: Option<usize>,
         manager: usize,
         now: u64,
+        /// 0: nothing, 1: the target is marked failed, 2: paused, 3: an abort asked for.
+        guard: usize,
     }
 
     fn case() -> impl Strategy<Value = Case> {
@@ -782,17 +786,21 @@ mod invariants {
             prop::option::of(0..6usize),
             0..3usize,
             0..100_000u64,
+            0..4usize,
         )
             .prop_map(
-                |(strategy, replicas, others, target, current, ramping, manager, now)| Case {
-                    strategy,
-                    replicas,
-                    others,
-                    target,
-                    current,
-                    ramping,
-                    manager,
-                    now,
+                |(strategy, replicas, others, target, current, ramping, manager, now, guard)| {
+                    Case {
+                        strategy,
+                        replicas,
+                        others,
+                        target,
+                        current,
+                        ramping,
+                        manager,
+                        now,
+                        guard,
+                    }
                 },
             )
     }
@@ -808,6 +816,12 @@ mod invariants {
             let mut w = wd(c.strategy, "w:v9");
             w.spec.replicas = c.replicas;
             let target = target_of(&w);
+            match c.guard {
+                1 => w = failed(w, &target, twc_api::conditions::PROGRESS_DEADLINE_EXCEEDED),
+                2 => w = annotated(w, twc_api::controls::PAUSED, "true"),
+                3 => w = annotated(w, twc_api::controls::ABORT, "now"),
+                _ => {}
+            }
             let now = t(300_000 + c.now);
             let mut scene = world(&w).at(now).manager(["", ME_ID, "someone-else"][c.manager]);
             let (t_status, t_has_dep, t_available) = c.target;
@@ -854,8 +868,19 @@ mod invariants {
                     "routed to {} with no ready workers: {:?}", b, o.deployments.get(b)
                 );
             }
+            // A failed or aborted build never gets new work; a pause only clears a stale ramp
+            // (or takes work away).
+            if c.guard == 1 || c.guard == 3 {
+                let to_target = matches!(&p.routing, Some(Routing::SetCurrent(b) | Routing::SetRamp(b, _)) if *b == target);
+                prop_assert!(!to_target, "routed to failed {}: {:?}", target, p.routing);
+                prop_assert!(p.start_gates.is_empty());
+                prop_assert!(p.failure.is_some());
+            }
+            if c.guard == 2 {
+                prop_assert!(matches!(p.routing, None | Some(Routing::ClearRamp)), "{:?}", p.routing);
+            }
             // Never take routing from a foreign manager; Manual never routes.
-            if c.manager == 2 || c.strategy == "Manual" {
+            if c.manager == 2 || (c.strategy == "Manual" && c.guard != 3) {
                 prop_assert!(p.routing.is_none());
                 prop_assert!(!p.claim_manager);
             }
@@ -1207,7 +1232,8 @@ mod paced {
             .no_ready_pods(&target)
             .build();
         let (_, p) = paced(&wd, &o);
-        assert_eq!(p.reuse, Reuse::Until(None));
+        // Only its progress deadline, 600 s after it became the target, is known ahead.
+        assert_eq!(p.reuse, Reuse::Until(Some(t(660))));
         assert_eq!(p.requeue, Duration::from_secs(60));
     }
 
@@ -1315,6 +1341,321 @@ mod paced {
         assert!(
             plan.needs_fresh_state(),
             "never scaled down on a reused read"
+        );
+    }
+}
+
+/// `wd` with annotation `key` set to `value`.
+fn annotated(mut wd: WorkerDeployment, key: &str, value: &str) -> WorkerDeployment {
+    wd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(key.into(), value.into());
+    wd
+}
+
+/// `wd` whose last status made `target` the target at `since`.
+fn targeted(mut wd: WorkerDeployment, target: &str, since: SystemTime) -> WorkerDeployment {
+    let status = wd.status.get_or_insert_with(Default::default);
+    status.target_version = Some(twc_api::TargetWorkerDeploymentVersion {
+        base: twc_api::BaseWorkerDeploymentVersion {
+            build_id: target.into(),
+            ..Default::default()
+        },
+        target_since: crate::conditions::time(since),
+        ..Default::default()
+    });
+    wd
+}
+
+/// `wd` whose last status marked `target` failed for `reason`.
+fn failed(mut wd: WorkerDeployment, target: &str, reason: &str) -> WorkerDeployment {
+    wd.status
+        .get_or_insert_with(Default::default)
+        .failed_version = Some(twc_api::FailedVersion {
+        build_id: target.into(),
+        reason: reason.into(),
+        message: "it failed".into(),
+        failed_at: crate::conditions::time(t(0)),
+        rolled_back: false,
+    });
+    wd
+}
+
+fn trouble(reason: &str, restarts: i32) -> PodTrouble {
+    PodTrouble {
+        pod: "w-1".into(),
+        container: "worker".into(),
+        reason: reason.into(),
+        message: "back-off 10s restarting failed container".into(),
+        restarts,
+    }
+}
+
+mod guarded {
+    use super::*;
+    use twc_api::conditions::{ABORTED, PROGRESS_DEADLINE_EXCEEDED, WORKERS_CRASH_LOOPING};
+    use twc_api::controls::{ABORT, PAUSED, PROMOTE, RETRY};
+
+    /// v1 current; v2 the target since t(0), its Deployment there but no pod ready.
+    fn pending(strategy: &str) -> (WorkerDeployment, String, World) {
+        let wd = wd(strategy, "w:v2");
+        let target = target_of(&wd);
+        let wd = targeted(wd, &target, t(0));
+        let w = world(&wd)
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .no_ready_pods(&target)
+            .unavailable(&target);
+        (wd, target, w)
+    }
+
+    #[test]
+    fn a_target_that_does_not_come_up_fails_at_its_deadline_and_says_what_is_missing() {
+        let (wd, target, w) = pending("AllAtOnce");
+        let before = plan(&wd, &conn(), &me(), &w.clone().at(t(599)).build());
+        assert_eq!(before.failure, None);
+        assert_eq!(before.wake_at, Some(t(600)), "woken at the deadline");
+        assert_eq!(before.target_since, Some(t(0)), "counted from the status");
+
+        let o = w.clone().at(t(600)).build();
+        let p = plan(&wd, &conn(), &me(), &o);
+        let f = p
+            .failure
+            .unwrap_or_else(|| panic!("no failure at the deadline"));
+        assert_eq!(f.reason, PROGRESS_DEADLINE_EXCEEDED);
+        assert!(f.new && !f.rolled_back);
+        assert!(
+            f.message.contains("within 600s") && f.message.contains("0 of 1 pods are ready"),
+            "{}",
+            f.message
+        );
+        assert_eq!(p.routing, None);
+
+        // With the pods' reasons, the message names them, and so does the wait before it.
+        let mut o = w.clone().at(t(600)).build();
+        o.target_pods = vec![trouble("ErrImagePull", 0)];
+        let f = plan(&wd, &conn(), &me(), &o)
+            .failure
+            .unwrap_or_else(|| panic!("no failure"));
+        assert!(
+            f.message.contains("pod w-1 container worker: ErrImagePull"),
+            "{}",
+            f.message
+        );
+        o.now = t(10);
+        let p = plan(&wd, &conn(), &me(), &o);
+        assert_eq!(p.failure, None);
+        assert!(p.waiting.unwrap_or_default().contains("ErrImagePull"));
+
+        // Ready pods but nobody polls: that is what it says.
+        let up = world(&wd)
+            .at(t(600))
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .build();
+        let f = plan(&wd, &conn(), &me(), &up)
+            .failure
+            .unwrap_or_else(|| panic!("no failure"));
+        assert!(f.message.contains("no worker polled"), "{}", f.message);
+    }
+
+    #[test]
+    fn the_deadline_counts_from_a_new_target_and_can_be_turned_off() {
+        let (wd, target, w) = pending("AllAtOnce");
+        // Another build was the target before: counted from now.
+        let other = targeted(wd.clone(), "v0", t(0));
+        let p = plan(&other, &conn(), &me(), &w.clone().at(t(5000)).build());
+        assert_eq!((p.failure, p.target_since), (None, Some(t(5000))));
+        // No deadline.
+        let mut off = wd.clone();
+        off.spec.progress_deadline_seconds = Some(0);
+        assert_eq!(
+            plan(&off, &conn(), &me(), &w.clone().at(t(5000)).build()).failure,
+            None
+        );
+        // Paused: it does not run (and starts again from the resume).
+        let paused = annotated(wd.clone(), PAUSED, "true");
+        let p = plan(&paused, &conn(), &me(), &w.at(t(5000)).build());
+        assert_eq!((p.failure, p.target_since), (None, Some(t(5000))));
+        let _ = target;
+    }
+
+    #[test]
+    fn crash_looping_workers_fail_the_build_before_the_deadline() {
+        let (wd, _, w) = pending("Progressive");
+        let mut o = w.at(t(30)).build();
+        o.target_pods = vec![trouble("CrashLoopBackOff", CRASH_LOOP - 1)];
+        assert_eq!(plan(&wd, &conn(), &me(), &o).failure, None);
+        o.target_pods = vec![trouble("CrashLoopBackOff", CRASH_LOOP)];
+        let f = plan(&wd, &conn(), &me(), &o)
+            .failure
+            .unwrap_or_else(|| panic!("no failure"));
+        assert_eq!(f.reason, WORKERS_CRASH_LOOPING);
+        assert!(f.message.contains("restarted 3 times"), "{}", f.message);
+    }
+    const CRASH_LOOP: i32 = guard::CRASH_LOOP_RESTARTS;
+
+    #[test]
+    fn a_ramp_whose_workers_fail_is_rolled_back_at_once() {
+        let wd = wd("Progressive", "w:v2");
+        let target = target_of(&wd);
+        let wd = targeted(wd, &target, t(0));
+        let ramping = world(&wd)
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Ramping)
+            .ramping(&target)
+            .ramp(10.0, t(0));
+        // Crash-looping while ramping.
+        let mut o = ramping.clone().at(t(20)).no_ready_pods(&target).build();
+        o.target_pods = vec![trouble("CrashLoopBackOff", 5)];
+        let p = plan(&wd, &conn(), &me(), &o);
+        assert_eq!(p.routing, Some(Routing::ClearRamp));
+        assert!(p.failure.as_ref().is_some_and(|f| f.rolled_back && f.new));
+        // Unavailable past the deadline while ramping.
+        let down = ramping.clone().edit_deployment(&target, |d| {
+            d.available_since = None;
+            d.unavailable_since = Some(t(100));
+        });
+        let p = plan(&wd, &conn(), &me(), &down.clone().at(t(699)).build());
+        assert_eq!(
+            (p.routing, p.wake_at.is_some_and(|w| w <= t(700))),
+            (None, true)
+        );
+        let p = plan(&wd, &conn(), &me(), &down.at(t(700)).build());
+        assert_eq!(p.routing, Some(Routing::ClearRamp));
+        let f = p.failure.unwrap_or_else(|| panic!("no failure"));
+        assert_eq!(f.reason, PROGRESS_DEADLINE_EXCEEDED);
+        assert!(f.message.contains("while ramping at 10%"), "{}", f.message);
+    }
+
+    #[test]
+    fn a_failed_build_gets_no_work_until_a_retry() {
+        let wd = wd("AllAtOnce", "w:v2");
+        let target = target_of(&wd);
+        let wd = failed(
+            targeted(wd, &target, t(0)),
+            &target,
+            PROGRESS_DEADLINE_EXCEEDED,
+        );
+        let healthy = world(&wd)
+            .at(t(900))
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Inactive)
+            .build();
+        let p = plan(&wd, &conn(), &me(), &healthy);
+        assert_eq!(p.routing, None, "a failed build is not promoted");
+        assert!(p.failure.as_ref().is_some_and(|f| !f.new));
+        let pace = pace::pace(&wd, &healthy, &p, &crate::config::Intervals::default());
+        assert_ne!(
+            pace.requeue,
+            crate::config::Intervals::default().moving,
+            "no fast poll"
+        );
+
+        let retried = annotated(wd.clone(), RETRY, "2026-12-01T18:00:00Z");
+        let p = plan(&retried, &conn(), &me(), &healthy);
+        assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
+        assert_eq!(p.failure, None);
+        assert_eq!(p.target_since, Some(t(900)), "the deadline starts again");
+        assert_eq!(p.controls.retry.as_deref(), Some("2026-12-01T18:00:00Z"));
+        // Acted on once: the same value again is not a new retry.
+        let mut again = retried.clone();
+        again.status.get_or_insert_with(Default::default).controls = Some(p.controls.clone());
+        assert_eq!(guard::controls(&again).retry, None);
+        assert!(plan(&again, &conn(), &me(), &healthy).failure.is_some());
+    }
+
+    #[test]
+    fn an_abort_takes_the_work_away_from_the_target() {
+        // Ramping: the ramp is cleared.
+        let wd = wd("Progressive", "w:v2");
+        let target = target_of(&wd);
+        let aborted = annotated(targeted(wd, &target, t(0)), ABORT, "now");
+        let ramping = world(&aborted)
+            .at(t(30))
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Ramping)
+            .ramping(&target)
+            .ramp(10.0, t(0))
+            .build();
+        let p = plan(&aborted, &conn(), &me(), &ramping);
+        assert_eq!(p.routing, Some(Routing::ClearRamp));
+        let f = p.failure.clone().unwrap_or_else(|| panic!("no failure"));
+        assert_eq!((f.reason, f.rolled_back), (ABORTED, true));
+        assert_eq!(p.controls.abort.as_deref(), Some("now"));
+
+        // Current after an AllAtOnce promotion: the version current before it is restored.
+        let mut all = aborted.clone();
+        all.spec.rollout.strategy = RolloutStrategyKind::AllAtOnce;
+        let promoted = world(&all)
+            .at(t(30))
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Draining)
+            .last_current(&"v1".to_string(), t(10))
+            .deployment("v0", None)
+            .version("v0", VersionStatus::Draining)
+            .last_current(&"v0".to_string(), t(5))
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Current)
+            .current(&target);
+        let p = plan(&all, &conn(), &me(), &promoted.clone().build());
+        assert_eq!(p.routing, Some(Routing::SetCurrent("v1".into())));
+        // Nothing to go back to (v1's and v0's workers are gone): said, not invented.
+        let gone = promoted.no_ready_pods("v1").no_ready_pods("v0").build();
+        let p = plan(&all, &conn(), &me(), &gone);
+        assert_eq!(p.routing, None);
+        assert!(p.failure.is_some_and(|f| f.message.contains("stay on it")));
+    }
+
+    #[test]
+    fn pause_holds_routing_and_promote_skips_the_steps() {
+        let wd = wd("Progressive", "w:v2");
+        let target = target_of(&wd);
+        let at_step_end = world(&wd)
+            .at(t(61))
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(&target, None)
+            .version(&target, VersionStatus::Ramping)
+            .ramping(&target)
+            .ramp(10.0, t(0))
+            .build();
+        assert_eq!(
+            plan(&wd, &conn(), &me(), &at_step_end).routing,
+            Some(Routing::SetRamp(target.clone(), 50.0))
+        );
+        let paused = annotated(wd.clone(), PAUSED, "true");
+        let p = plan(&paused, &conn(), &me(), &at_step_end);
+        assert_eq!(p.routing, None);
+        assert!(p.controls.paused);
+        // Promote now, even while paused: the person's explicit word.
+        let promote = annotated(paused, PROMOTE, &target);
+        let p = plan(&promote, &conn(), &me(), &at_step_end);
+        assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
+        assert_eq!(
+            p.controls.promoted_build_id.as_deref(),
+            Some(target.as_str())
+        );
+        // A promote naming another build is ignored.
+        let other = annotated(wd, PROMOTE, "v7");
+        assert_eq!(
+            plan(&other, &conn(), &me(), &at_step_end).routing,
+            Some(Routing::SetRamp(target, 50.0))
         );
     }
 }

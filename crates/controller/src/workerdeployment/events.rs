@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use kube::runtime::events::EventType;
-use twc_api::conditions::{READY, VERSIONS_KEPT, VERSIONS_KNOWN};
-use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
+use twc_api::conditions::{READY, ROLLED_BACK, VERSIONS_KEPT, VERSIONS_KNOWN};
+use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus, controls};
 
 use super::execute::{Applied, Done};
 use crate::error::{Error, Verdict};
@@ -119,6 +119,68 @@ pub fn of_error(
     (verdict.warning && !already).then(|| warning(verdict.reason, message))
 }
 
+/// A failed or rolled-back target (Warning), and the rollout controls as they were acted on.
+fn rollout_notes(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<Note> {
+    let mut notes = Vec::new();
+    if let Some(f) = &after.failed_version {
+        let was = before.failed_version.as_ref();
+        let reason = crate::plan::guard::failure_reason(&f.reason);
+        if was.is_none_or(|w| w.build_id != f.build_id || w.reason != f.reason) {
+            notes.push(warning(reason, f.message.clone()));
+        }
+        if f.rolled_back && !was.is_some_and(|w| w.build_id == f.build_id && w.rolled_back) {
+            notes.push(warning(
+                ROLLED_BACK,
+                format!(
+                    "new workflows no longer go to buildID {} ({})",
+                    f.build_id, f.reason
+                ),
+            ));
+        }
+    }
+    let controls = |s: &WorkerDeploymentStatus| s.controls.clone().unwrap_or_default();
+    let (b, a) = (controls(before), controls(after));
+    if a.paused != b.paused {
+        notes.push(if a.paused {
+            normal(
+                "RolloutPaused",
+                format!(
+                    "routing changes are paused (annotation {})",
+                    controls::PAUSED
+                ),
+            )
+        } else {
+            normal("RolloutResumed", "routing changes resumed".into())
+        });
+    }
+    if a.promoted_build_id != b.promoted_build_id
+        && let Some(build) = &a.promoted_build_id
+    {
+        notes.push(normal(
+            "PromotedOnRequest",
+            format!(
+                "promoting buildID {build} now, skipping the remaining steps (annotation {})",
+                controls::PROMOTE
+            ),
+        ));
+    }
+    if a.retry != b.retry && a.retry.is_some() {
+        let build = after
+            .target_version
+            .as_ref()
+            .map(|t| t.base.build_id.as_str())
+            .unwrap_or_default();
+        notes.push(normal(
+            "RetryRequested",
+            format!(
+                "cleared the failed mark of buildID {build}; its progress deadline starts again (annotation {})",
+                controls::RETRY
+            ),
+        ));
+    }
+    notes
+}
+
 /// Events for what changed between two statuses: versions registered and drained (Normal),
 /// gate runs that failed and versions kept because Temporal cannot account for them (Warning).
 pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<Note> {
@@ -131,6 +193,7 @@ pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus
             .into_iter()
             .map(|note| warning("GateWorkflowFailed", note)),
     );
+    notes.extend(rollout_notes(before, after));
     let collisions = |s: &WorkerDeploymentStatus| s.collision_count.unwrap_or(0);
     if collisions(after) > collisions(before)
         && let Some(target) = &after.target_version

@@ -425,6 +425,7 @@ async fn observe_and_plan(
     // The caches again, after the waits above: the plan acts on the Kubernetes state as it is
     // now (a scaler that appeared, replicas someone else set), not as it was before the reads.
     let mut observed = observe::kubernetes(wd, ctx, now);
+    observe::target_pods(wd, ctx, &mut observed, &target).await;
     if let (true, Some(r)) = (reused, &remembered) {
         observed.temporal = r.state.clone();
         if r.target_build == target {
@@ -440,7 +441,9 @@ async fn observe_and_plan(
     let (state, target_observed) =
         observe::read_temporal(wd, ctx, temporal, &target, priority).await?;
     metrics::global().state_read(false);
+    let pods = std::mem::take(&mut observed.target_pods);
     let mut observed = observe::kubernetes(wd, ctx, now);
+    observed.target_pods = pods;
     observed.temporal = state;
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);

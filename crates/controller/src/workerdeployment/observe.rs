@@ -6,16 +6,16 @@
 use std::future::Future;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
-use kube::api::Api;
+use kube::api::{Api, ListParams};
 use temporalio_client::Connection as TemporalConnection;
 use twc_api::{WorkerDeployment, WorkflowExecution};
 
 use super::Context;
 use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
-use crate::plan::{self, Observed, TargetObserved, build_id};
+use crate::plan::{self, Observed, PodTrouble, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 use crate::temporal::reads::Priority;
@@ -90,6 +90,83 @@ pub fn kubernetes(wd: &WorkerDeployment, ctx: &Context, now: SystemTime) -> Obse
         autoscaled: autoscaled(wd, &ctx.templates),
         ..Observed::at(now)
     }
+}
+
+/// The target's containers that are not ready, with the kubelet's reasons: listed only while
+/// the target's Deployment has fewer ready pods than it wants (a failed list reads as no
+/// trouble: the rollout still waits, only less is said).
+pub async fn target_pods(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    observed: &mut Observed,
+    target: &str,
+) {
+    let Some(d) = observed.deployments.get(target) else {
+        return;
+    };
+    let wanted = d.spec_replicas.unwrap_or(d.replicas);
+    if wanted == 0 || d.ready_replicas >= wanted {
+        return;
+    }
+    let ns = wd.namespace().unwrap_or_default();
+    let selector = plan::deployment::selector_labels(&wd.name_any(), target)
+        .into_iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(",");
+    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
+    match api.list(&ListParams::default().labels(&selector)).await {
+        Ok(pods) => observed.target_pods = pods.items.iter().flat_map(troubles).collect(),
+        Err(e) => tracing::debug!(namespace = ns, "cannot list the target's pods: {e}"),
+    }
+}
+
+/// What keeps `pod`'s containers from being ready.
+fn troubles(pod: &Pod) -> Vec<PodTrouble> {
+    let name = pod.name_any();
+    let Some(status) = pod.status.as_ref() else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let containers = status
+        .init_container_statuses
+        .iter()
+        .flatten()
+        .chain(status.container_statuses.iter().flatten());
+    for c in containers.filter(|c| !c.ready) {
+        let state = c.state.as_ref();
+        let (reason, message) = if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
+            (w.reason.clone(), w.message.clone())
+        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
+            (t.reason.clone(), Some(format!("exit code {}", t.exit_code)))
+        } else {
+            (None, None)
+        };
+        let Some(reason) = reason else { continue };
+        out.push(PodTrouble {
+            pod: name.clone(),
+            container: c.name.clone(),
+            reason,
+            message: message.unwrap_or_default(),
+            restarts: c.restart_count,
+        });
+    }
+    if out.is_empty()
+        && let Some(c) = status
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
+    {
+        out.push(PodTrouble {
+            pod: name,
+            container: String::new(),
+            reason: c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),
+            message: c.message.clone().unwrap_or_default(),
+            restarts: 0,
+        });
+    }
+    out
 }
 
 /// Reads the worker deployment's state and what the planner needs about `target_build`, each

@@ -8,18 +8,18 @@ use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ObjectReference;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::ResourceExt;
-use twc_api::conditions::{self as reason, PROGRESSING, READY, VERSIONS_KNOWN};
+use twc_api::conditions::{self as reason, PROGRESSING, READY, ROLLED_BACK, VERSIONS_KNOWN};
 use twc_api::{
     BaseWorkerDeploymentVersion, CurrentWorkerDeploymentVersion, DeprecatedWorkerDeploymentVersion,
-    ObservedConnectionRef, TargetWorkerDeploymentVersion, TaskQueue, VersionStatus,
-    WorkerDeployment, WorkerDeploymentStatus,
+    ObservedConnectionRef, RolloutControls, TargetWorkerDeploymentVersion, TaskQueue,
+    VersionStatus, WorkerDeployment, WorkerDeploymentStatus,
 };
 
 use super::execute::{Applied, Done};
 use crate::conditions::{set_condition, time};
 use crate::connections::ConnKey;
 use crate::error::{Error, Verdict};
-use crate::plan::{Observed, Plan};
+use crate::plan::{Observed, Plan, guard};
 use crate::temporal::DeploymentState;
 
 /// How a reconcile ended, for the status.
@@ -62,9 +62,25 @@ pub fn next(
             s.conditions = previous.conditions.clone();
             s.collision_count = (plan.collision_count > 0)
                 .then(|| i32::try_from(plan.collision_count).unwrap_or(i32::MAX));
+            if let Some(t) = s.target_version.as_mut() {
+                t.target_since = plan.target_since.and_then(time);
+            }
+            s.failed_version = plan.failure.as_ref().map(guard::record);
+            s.controls = Some(plan.controls.clone()).filter(|c| *c != RolloutControls::default());
             let target = s.target_version.clone().unwrap_or_default();
-            for (type_, st, why, msg) in rollout_conditions(&target, plan.blocked.as_deref()) {
+            for (type_, st, why, msg) in rollout_conditions(&target, plan) {
                 set_condition(&mut s.conditions, type_, st, why, &msg, generation, now);
+            }
+            if let Some((st, why, msg)) = rolled_back(plan, &s.conditions) {
+                set_condition(
+                    &mut s.conditions,
+                    ROLLED_BACK,
+                    st,
+                    why,
+                    &msg,
+                    generation,
+                    now,
+                );
             }
             if let Some((st, why, msg)) = versions_known(plan, &s.conditions) {
                 set_condition(
@@ -253,12 +269,43 @@ fn versions(wd: &WorkerDeployment, target: &str, observed: &Observed) -> WorkerD
     }
 }
 
+/// `(status, reason, message)` of RolledBack: True while the target is a failed build whose
+/// new work was routed back, False once it is not (None while it never was True).
+fn rolled_back(
+    plan: &Plan,
+    conditions: &[Condition],
+) -> Option<(&'static str, &'static str, String)> {
+    match &plan.failure {
+        Some(f) if f.rolled_back => Some(("True", f.reason, f.message.clone())),
+        _ => conditions.iter().any(|c| c.type_ == ROLLED_BACK).then(|| {
+            (
+                "False",
+                reason::NOT_ROLLED_BACK,
+                format!("buildID {} is not rolled back", plan.target_build_id),
+            )
+        }),
+    }
+}
+
 /// `(status, reason, message)` of Ready and Progressing for a healthy reconcile.
 fn rollout_conditions(
     target: &TargetWorkerDeploymentVersion,
-    blocked: Option<&str>,
+    plan: &Plan,
 ) -> [(&'static str, &'static str, &'static str, String); 2] {
     let build = &target.base.build_id;
+    let blocked = plan.blocked.as_deref();
+    if let Some(f) = &plan.failure {
+        // A failed build: no progress until the template changes or a retry.
+        let message = format!(
+            "{}; it gets no new workflows until the template changes or a retry (annotation {})",
+            f.message,
+            twc_api::controls::RETRY
+        );
+        return [
+            (READY, "False", f.reason, message.clone()),
+            (PROGRESSING, "False", f.reason, message),
+        ];
+    }
     let (ready, progressing, why, message) = match target.base.status {
         VersionStatus::Current => (
             "True",
@@ -279,9 +326,12 @@ fn rollout_conditions(
             "False",
             "True",
             reason::WAITING_FOR_POLLERS,
-            match blocked {
-                Some(b) => b.to_string(),
-                None => format!("waiting for workers of buildID {build} to poll Temporal"),
+            match (blocked, &plan.waiting) {
+                (Some(b), _) => b.to_string(),
+                (None, Some(w)) => {
+                    format!("waiting for workers of buildID {build} to poll Temporal: {w}")
+                }
+                (None, None) => format!("waiting for workers of buildID {build} to poll Temporal"),
             },
         ),
         _ => (
@@ -294,6 +344,16 @@ fn rollout_conditions(
             },
         ),
     };
+    if plan.controls.paused && progressing == "True" {
+        let message = format!(
+            "paused by annotation {}: routing stays as it is ({message})",
+            twc_api::controls::PAUSED
+        );
+        return [
+            (READY, ready, why, message.clone()),
+            (PROGRESSING, "False", reason::PAUSED, message),
+        ];
+    }
     [
         (READY, ready, why, message.clone()),
         (PROGRESSING, progressing, why, message),
