@@ -42,8 +42,8 @@ pub mod controls {
     /// progress deadline does not run.
     pub const PAUSED: &str = "temporal.io/rollout-paused";
     /// A build ID: promote that build as soon as it is the target with its workers up, skipping
-    /// the remaining ramp steps and a gate still running. Ignored once it is current or if it
-    /// names another build.
+    /// the remaining ramp steps and a gate still running. Acted on once per build; ignored if
+    /// it names another build.
     pub const PROMOTE: &str = "temporal.io/promote";
     /// Any new value (`twc abort` writes the time): roll the target back now and mark it
     /// failed, as an automatic rollback does. Acted on once per value.

@@ -414,8 +414,8 @@ pub struct TargetWorkerDeploymentVersion {
     /// When the ramp percentage last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_last_modified_at: Option<Time>,
-    /// When this build became the target; the progress deadline counts from here (a retry
-    /// starts it again).
+    /// When this build became the target; the progress deadline counts from here (a retry or
+    /// a resume starts it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_since: Option<Time>,
 }

@@ -182,12 +182,22 @@ impl Senders {
     }
 }
 
-/// What makes a WorkerDeployment worth reconciling: its spec (generation), its finalizers and
-/// its deletion; never our own status writes.
+/// What makes a WorkerDeployment worth reconciling: its spec (generation), its rollout
+/// controls (annotations), its finalizers and its deletion; never our own status writes.
 fn wd_predicate(wd: &WorkerDeployment) -> Option<u64> {
     use std::hash::{Hash, Hasher};
+    use twc_api::controls;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     wd.metadata.generation.hash(&mut h);
+    let annotations = wd.annotations();
+    for key in [
+        controls::PAUSED,
+        controls::PROMOTE,
+        controls::ABORT,
+        controls::RETRY,
+    ] {
+        annotations.get(key).hash(&mut h);
+    }
     wd.finalizers().hash(&mut h);
     wd.metadata.deletion_timestamp.is_some().hash(&mut h);
     Some(h.finish())

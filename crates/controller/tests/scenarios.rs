@@ -15,6 +15,8 @@ mod conditions;
 mod deletion;
 #[path = "scenarios/gates.rs"]
 mod gates;
+#[path = "scenarios/guard.rs"]
+mod guard;
 #[path = "scenarios/harness.rs"]
 mod harness;
 #[path = "scenarios/identity.rs"]
@@ -60,6 +62,11 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    a_crash_looping_ramp_is_rolled_back_before_its_deadline =>
+        guard::a_crash_looping_ramp_is_rolled_back_before_its_deadline,
+    rollout_controls_work_mid_rollout => guard::rollout_controls_work_mid_rollout,
+    a_build_that_never_polls_fails_at_its_deadline_until_retried =>
+        guard::a_build_that_never_polls_fails_at_its_deadline_until_retried,
     taking_over_from_twc_restarts_nothing => takeover::taking_over_from_twc_restarts_nothing,
     taking_over_another_identity_needs_the_flag =>
         takeover::taking_over_another_identity_needs_the_flag,

@@ -15,7 +15,8 @@
 //!   A missing Secret or key is reported as `CreateContainerConfigError` and retried.
 //! * Deleting a pod (or scaling its Deployment down) sends SIGTERM to the process group, SIGKILL
 //!   after the grace period (at most 10 s here), then removes the pod from the API.
-//! * `restartPolicy` is honoured (Always restarts after 1 s); readiness is "the process is up".
+//! * `restartPolicy` is honoured (restarts back off from 1 s to 8 s, shown as CrashLoopBackOff);
+//!   readiness is "the process is up".
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -108,6 +109,20 @@ struct RunningContainer {
     /// Set once the process exited: (exit code, finished at).
     exited: Option<(i32, Time)>,
     restart_after: Option<std::time::Instant>,
+}
+
+impl RunningContainer {
+    /// How long before the next restart, as the kubelet's back-off (10 s doubling to 5 min)
+    /// scaled down: 1 s doubling to 8 s; back to 1 s for a container that ran 10 s or more.
+    fn backoff(&self) -> Duration {
+        let ran = self.exited.as_ref().map_or(0, |(_, finished)| {
+            (finished.0.as_second() - self.started_at.0.as_second()).max(0)
+        });
+        if ran >= 10 {
+            return Duration::from_secs(1);
+        }
+        Duration::from_secs(1 << self.restart_count.clamp(0, 3))
+    }
 }
 
 /// Why a pod cannot start yet; reported as a container `waiting` state.
@@ -589,8 +604,7 @@ impl PodRunner {
                                 let restart =
                                     policy == "Always" || (policy == "OnFailure" && code != 0);
                                 if restart {
-                                    c.restart_after =
-                                        Some(std::time::Instant::now() + Duration::from_secs(1));
+                                    c.restart_after = Some(std::time::Instant::now() + c.backoff());
                                 }
                                 changed.push(key.clone());
                             }
@@ -654,14 +668,28 @@ impl PodRunner {
                 .containers
                 .iter()
                 .map(|c| {
-                    let state = match &c.exited {
-                        None => json!({"running": {"startedAt": c.started_at}}),
-                        Some((code, finished)) => json!({"terminated": {
+                    let terminated = |code: &i32, finished: &Time| {
+                        json!({"terminated": {
                             "exitCode": code,
                             "reason": if *code == 0 { "Completed" } else { "Error" },
                             "startedAt": c.started_at,
                             "finishedAt": finished,
-                        }}),
+                        }})
+                    };
+                    let (state, last) = match &c.exited {
+                        None => (json!({"running": {"startedAt": c.started_at}}), None),
+                        // Waiting to be restarted: the kubelet's CrashLoopBackOff.
+                        Some((code, finished)) if c.restart_after.is_some() => (
+                            json!({"waiting": {
+                                "reason": "CrashLoopBackOff",
+                                "message": format!(
+                                    "back-off restarting failed container {} in pod {}",
+                                    c.name, pod.name
+                                ),
+                            }}),
+                            Some(terminated(code, finished)),
+                        ),
+                        Some((code, finished)) => (terminated(code, finished), None),
                     };
                     json!({
                         "name": c.name,
@@ -672,6 +700,7 @@ impl PodRunner {
                         "started": c.exited.is_none(),
                         "restartCount": c.restart_count,
                         "state": state,
+                        "lastState": last.unwrap_or_else(|| json!({})),
                     })
                 })
                 .collect();

@@ -12,6 +12,11 @@
 //! from before the migration to versioning does); then only the address, namespace and
 //! `TEMPORAL_TASK_QUEUE` are needed.
 //!
+//! `WORKER_MODE` makes it misbehave on purpose, to test what a rollout does with a bad build:
+//! `crash` exits with an error (a crash loop under a Deployment): at start, or after polling
+//! for `WORKER_CRASH_AFTER_SECONDS`; `no-poll` stays up without ever polling Temporal (ready
+//! pods, no pollers).
+//!
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
 //! * `Fail` - fails at once (a failing gate);
@@ -106,6 +111,22 @@ fn read(path_var: &str) -> anyhow::Result<Option<Vec<u8>>> {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
+    let crash_after = std::env::var("WORKER_CRASH_AFTER_SECONDS")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(0);
+    let mode = std::env::var("WORKER_MODE").unwrap_or_default();
+    match mode.as_str() {
+        "crash" if crash_after == 0 => {
+            anyhow::bail!("WORKER_MODE=crash: exiting at start, as a broken build does")
+        }
+        "no-poll" => {
+            println!("WORKER_MODE=no-poll: up, never polling");
+            shutdown_signal().await;
+            return Ok(());
+        }
+        _ => {}
+    }
     let address = env("TEMPORAL_ADDRESS")?;
     let namespace = env("TEMPORAL_NAMESPACE")?;
     let unversioned = std::env::var("TEMPORAL_WORKER_UNVERSIONED").is_ok_and(|v| v == "true");
@@ -190,9 +211,17 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "polling task queue {task_queue} in {namespace} as {deployment}:{build_id} at {address}"
     );
+    let crash = async {
+        if mode == "crash" {
+            tokio::time::sleep(Duration::from_secs(crash_after)).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
     tokio::select! {
         result = worker.run() => result?,
         _ = shutdown_signal() => println!("shutting down"),
+        _ = crash => anyhow::bail!("WORKER_MODE=crash: exiting after {crash_after}s, as a broken build does"),
     }
     Ok(())
 }

@@ -24,7 +24,8 @@ pub const CRASH_LOOP_RESTARTS: i32 = 3;
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Controls {
     pub paused: bool,
-    /// The build `temporal.io/promote` names.
+    /// The build `temporal.io/promote` names, unless it was promoted on request already
+    /// (a build is promoted on request once: after an abort and a retry, it is not again).
     pub promote: Option<String>,
     /// A `temporal.io/abort` value not acted on yet.
     pub abort: Option<String>,
@@ -47,7 +48,7 @@ pub fn controls(wd: &WorkerDeployment) -> Controls {
     };
     Controls {
         paused: value(controls::PAUSED).is_some_and(|v| v.eq_ignore_ascii_case("true")),
-        promote: value(controls::PROMOTE),
+        promote: value(controls::PROMOTE).filter(|v| acted.promoted_build_id.as_ref() != Some(v)),
         abort: value(controls::ABORT).filter(|v| acted.abort.as_ref() != Some(v)),
         retry: value(controls::RETRY).filter(|v| acted.retry.as_ref() != Some(v)),
     }
@@ -127,9 +128,10 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         .filter(|_| same_target)
         .and_then(|t| t.target_since.as_ref())
         .map(|t| SystemTime::from(t.0));
-    // A retry starts the deadline again, and so does a pause (it does not run while paused).
+    // A retry starts the deadline again, and so does a resume (it does not run while paused).
+    let resumed = !controls.paused && previous.controls.as_ref().is_some_and(|c| c.paused);
     let target_since = match since {
-        Some(s) if controls.retry.is_none() && !controls.paused => s,
+        Some(s) if controls.retry.is_none() && !resumed => s,
         _ => now,
     };
     let carried = previous

@@ -1478,9 +1478,13 @@ mod guarded {
             plan(&off, &conn(), &me(), &w.clone().at(t(5000)).build()).failure,
             None
         );
-        // Paused: it does not run (and starts again from the resume).
+        // Paused: it does not run, and starts again from the resume.
         let paused = annotated(wd.clone(), PAUSED, "true");
-        let p = plan(&paused, &conn(), &me(), &w.at(t(5000)).build());
+        let p = plan(&paused, &conn(), &me(), &w.clone().at(t(5000)).build());
+        assert_eq!((p.failure, p.target_since), (None, Some(t(0))));
+        let mut resumed = wd.clone();
+        resumed.status.get_or_insert_with(Default::default).controls = Some(p.controls);
+        let p = plan(&resumed, &conn(), &me(), &w.at(t(5000)).build());
         assert_eq!((p.failure, p.target_since), (None, Some(t(5000))));
         let _ = target;
     }

@@ -1,0 +1,250 @@
+//! Rollouts that protect themselves (not in TWC): a ramp whose workers crash-loop is rolled
+//! back, a build that never polls fails at its progress deadline, and the controls a person
+//! uses mid-rollout (pause, promote, abort, retry) work and are acknowledged.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use serde_json::{Value, json};
+use twc_api::VersionStatus::Ramping;
+use twc_api::conditions::{
+    ABORTED, PAUSED, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, ROLLED_BACK, WORKERS_CRASH_LOOPING,
+};
+use twc_api::controls;
+use twc_testenv::wait_for;
+
+use crate::common::World;
+use crate::harness::{Expect, Scenario, image};
+
+impl Scenario {
+    /// Makes the WorkerDeployment's worker container run with `env` (after the older versions
+    /// were made from the spec as created, so they behave).
+    async fn misbehave(&mut self, env: Value) {
+        let patched = self
+            .wds()
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Json::<()>(
+                    serde_json::from_value(json!([
+                        {"op": "add", "path": "/spec/template/spec/containers/0/env", "value": env}
+                    ]))
+                    .unwrap_or_else(|e| panic!("{e}")),
+                ),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("patch the template: {e}"));
+        self.wd = Some(patched);
+    }
+
+    /// Sets (or, with None, removes) annotation `key` on the WorkerDeployment.
+    async fn annotate(&self, key: &str, value: Option<&str>) {
+        self.wds()
+            .patch(
+                &self.name,
+                &PatchParams::default(),
+                &Patch::Merge(json!({"metadata": {"annotations": {key: value}}})),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("annotate {key}: {e}"));
+    }
+
+    /// Waits for a Normal event with `reason` about the WorkerDeployment.
+    async fn wait_normal(&self, reason: &str) -> String {
+        wait_for(
+            &format!("Normal event {reason}"),
+            crate::harness::WAIT,
+            || async {
+                let events = Api::<Event>::namespaced(self.client.clone(), &self.ns)
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                events
+                    .items
+                    .iter()
+                    .find(|e| {
+                        e.type_.as_deref() == Some("Normal")
+                            && e.reason.as_deref() == Some(reason)
+                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
+                                == Some(&self.name)
+                    })
+                    .and_then(|e| e.note.clone())
+                    .ok_or_else(|| "not yet".to_string())
+            },
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The failed version the status records: (build ID, reason, rolled back).
+    async fn failed_version(&self) -> Option<(String, String, bool)> {
+        self.get()
+            .await
+            .status
+            .and_then(|s| s.failed_version)
+            .map(|f| (f.build_id, f.reason, f.rolled_back))
+    }
+}
+
+/// v1 current with its workers; v2 ramps to 50 %, then its workers crash every 8 s: the ramp is
+/// cleared well before the 600 s deadline, v1 keeps all new work, v2 is marked
+/// `WorkersCrashLooping` and `RolledBack`, and is not ramped again.
+pub async fn a_crash_looping_ramp_is_rolled_back_before_its_deadline(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-crashloop").await;
+    let env = json!([
+        {"name": "WORKER_MODE", "value": "crash"},
+        {"name": "WORKER_CRASH_AFTER_SECONDS", "value": "8"}
+    ]);
+    let steps = json!({"strategy": "Progressive", "steps": [
+        {"rampPercentage": 50, "pauseDuration": "1h"}
+    ]});
+    s.create(s.spec(steps, &image("v2"))).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    s.misbehave(env).await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    s.connect().await;
+    let v2 = s.target_build_id();
+    s.wait_temporal("v2 ramping", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    let ramped = Instant::now();
+    let message = s
+        .wait_condition(ROLLED_BACK, "True", WORKERS_CRASH_LOOPING)
+        .await;
+    assert!(message.contains("keep crashing"), "{message}");
+    s.wait_temporal("ramp cleared", |st| {
+        st.ramping_build_id.is_none() && st.current_build_id.as_deref() == Some(v1.as_str())
+    })
+    .await;
+    let took = ramped.elapsed();
+    println!(
+        "crash-looping ramp: routing restored {:.1}s after the ramp started (first crash at 8 s)",
+        took.as_secs_f64()
+    );
+    assert!(took < Duration::from_secs(120), "took {took:?}");
+    assert_eq!(
+        s.failed_version().await,
+        Some((v2.clone(), WORKERS_CRASH_LOOPING.into(), true))
+    );
+    s.wait_warning(WORKERS_CRASH_LOOPING).await;
+    s.wait_warning(ROLLED_BACK).await;
+    // Not ramped again while the controller keeps reconciling.
+    tokio::time::sleep(crate::harness::SETTLE).await;
+    let st = s.describe().await;
+    assert_eq!(
+        (st.current_build_id, st.ramping_build_id),
+        (Some(v1.clone()), None)
+    );
+}
+
+/// v1 current; v2's pods are ready but never poll: at its 20 s deadline the rollout fails with
+/// `ProgressDeadlineExceeded` saying no worker polled, and v1 stays current. A retry clears
+/// the mark and starts the deadline again, which then fails it again.
+pub async fn a_build_that_never_polls_fails_at_its_deadline_until_retried(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-deadline").await;
+    let mut spec = s.spec(crate::harness::all_at_once(), &image("v2"));
+    spec["progressDeadlineSeconds"] = json!(20);
+    s.create(spec).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    s.misbehave(json!([{"name": "WORKER_MODE", "value": "no-poll"}]))
+        .await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    let started = Instant::now();
+    s.connect().await;
+    let message = s
+        .wait_condition(PROGRESSING, "False", PROGRESS_DEADLINE_EXCEEDED)
+        .await;
+    let took = started.elapsed();
+    assert!(
+        message.contains("within 20s") && message.contains("no worker polled"),
+        "{message}"
+    );
+    assert!(took >= Duration::from_secs(19), "failed after {took:?}");
+    let note = s.wait_warning(PROGRESS_DEADLINE_EXCEEDED).await;
+    assert!(note.contains("no worker polled"), "{note}");
+    let v2 = s.target_build_id();
+    assert_eq!(
+        s.failed_version().await,
+        Some((v2.clone(), PROGRESS_DEADLINE_EXCEEDED.into(), false))
+    );
+    assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
+
+    s.annotate(controls::RETRY, Some("first")).await;
+    s.wait_normal("RetryRequested").await;
+    s.wait_condition(PROGRESSING, "True", "WaitingForPollers")
+        .await;
+    assert_eq!(s.failed_version().await, None);
+    let again = Instant::now();
+    s.wait_condition(PROGRESSING, "False", PROGRESS_DEADLINE_EXCEEDED)
+        .await;
+    assert!(
+        again.elapsed() >= Duration::from_secs(15),
+        "the deadline did not start again: {:?}",
+        again.elapsed()
+    );
+}
+
+/// Mid-rollout controls: v2 ramps at 10 % (a 1 h step); pause holds it (`Progressing=False
+/// Paused`); promote makes it current at once, pause or not; abort gives new work back to v1
+/// (`RolledBack`, `Aborted`); retry and resume bring v2 back as current.
+pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-controls").await;
+    let steps = json!({"strategy": "Progressive", "steps": [
+        {"rampPercentage": 10, "pauseDuration": "1h"}
+    ]});
+    s.create(s.spec(steps, &image("v2"))).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    s.connect().await;
+    let v2 = s.target_build_id();
+    s.wait_status(&Expect::target(&v2, Ramping).ramp(10.0).current(&v1))
+        .await;
+
+    s.annotate(controls::PAUSED, Some("true")).await;
+    s.wait_condition(PROGRESSING, "False", PAUSED).await;
+    s.wait_normal("RolloutPaused").await;
+
+    s.annotate(controls::PROMOTE, Some(&v2)).await;
+    s.wait_temporal("v2 promoted", |st| {
+        st.current_build_id.as_deref() == Some(v2.as_str()) && st.ramping_build_id.is_none()
+    })
+    .await;
+    s.wait_normal("PromotedOnRequest").await;
+
+    let aborted = Instant::now();
+    s.annotate(controls::ABORT, Some("now")).await;
+    let message = s.wait_condition(ROLLED_BACK, "True", ABORTED).await;
+    assert!(message.contains("aborted on request"), "{message}");
+    s.wait_temporal("v1 current again", |st| {
+        st.current_build_id.as_deref() == Some(v1.as_str())
+    })
+    .await;
+    println!(
+        "abort: v1 current again {:.1}s after the annotation",
+        aborted.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        s.failed_version().await,
+        Some((v2.clone(), ABORTED.into(), true))
+    );
+
+    // Retry while paused: the mark goes, routing waits for the resume.
+    s.annotate(controls::RETRY, Some("once")).await;
+    s.wait_normal("RetryRequested").await;
+    assert_eq!(s.failed_version().await, None);
+    assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
+    s.annotate(controls::PAUSED, None).await;
+    s.wait_normal("RolloutResumed").await;
+    // v2 was current moments ago: a rollback to it, at once.
+    s.wait_temporal("v2 current again", |st| {
+        st.current_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    s.wait_condition(ROLLED_BACK, "False", twc_api::conditions::NOT_ROLLED_BACK)
+        .await;
+}
