@@ -681,7 +681,7 @@ fn routing(
     if !workers_up(&observed.deployments, target) {
         return None;
     }
-    let change = if state.current_build_id.as_deref() == Some(target) {
+    if state.current_build_id.as_deref() == Some(target) {
         state
             .ramping_build_id
             .is_some()
@@ -722,8 +722,7 @@ fn routing(
             (RolloutStrategyKind::Progressive, true) => progressive(wd, target, state, now, plan),
             (RolloutStrategyKind::Manual, true) => None,
         }
-    };
-    change
+    }
 }
 
 /// Whether `build`'s workers are up: Available alone is not enough (a Deployment scaled to

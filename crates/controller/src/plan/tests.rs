@@ -1609,10 +1609,10 @@ mod guarded {
             .at(t(30))
             .deployment("v1", None)
             .version("v1", VersionStatus::Draining)
-            .last_current(&"v1".to_string(), t(10))
+            .last_current("v1", t(10))
             .deployment("v0", None)
             .version("v0", VersionStatus::Draining)
-            .last_current(&"v0".to_string(), t(5))
+            .last_current("v0", t(5))
             .deployment(&target, None)
             .version(&target, VersionStatus::Current)
             .current(&target);
