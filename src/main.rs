@@ -2,6 +2,7 @@
 
 mod build_id;
 mod logging;
+mod status;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -207,6 +208,36 @@ enum Command {
         #[arg(short, long, value_enum, default_value_t = Output::Table)]
         output: Output,
     },
+    /// Show rollouts: one line per WorkerDeployment, or everything about NAME (target and
+    /// current build IDs, ramp, step and time left, failed build, controls, conditions,
+    /// versions, last events). Also `kubectl twc status` with the binary on PATH as
+    /// `kubectl-twc`.
+    Status {
+        /// A WorkerDeployment; without it, one line per WorkerDeployment.
+        name: Option<String>,
+        /// The namespace; default: the kubeconfig context's.
+        #[arg(short, long)]
+        namespace: Option<String>,
+        /// Every namespace (without NAME).
+        #[arg(short = 'A', long, conflicts_with_all = ["namespace", "name"])]
+        all_namespaces: bool,
+        /// Draw again every 2 seconds.
+        #[arg(short, long)]
+        watch: bool,
+    },
+    /// Hold routing changes of a rollout: no ramp step, no promotion (annotation
+    /// temporal.io/rollout-paused). A failing build is still rolled back.
+    Pause(ControlArgs),
+    /// Let a paused rollout go on.
+    Resume(ControlArgs),
+    /// Promote the target build now, skipping the remaining ramp steps (annotation
+    /// temporal.io/promote).
+    Promote(ControlArgs),
+    /// Roll the target back now and mark it failed (annotation temporal.io/abort).
+    Abort(ControlArgs),
+    /// Clear the target's failed mark; its progress deadline starts again (annotation
+    /// temporal.io/retry).
+    Retry(ControlArgs),
     /// Print the CustomResourceDefinitions as YAML, or write one file per CRD into a directory.
     Crd {
         /// Write `temporal.io_<plural>.yaml` files here instead of printing.
@@ -215,8 +246,51 @@ enum Command {
     },
 }
 
+/// The WorkerDeployment a control acts on.
+#[derive(clap::Args)]
+struct ControlArgs {
+    /// The WorkerDeployment.
+    name: String,
+    /// Its namespace; default: the kubeconfig context's.
+    #[arg(short, long)]
+    namespace: Option<String>,
+}
+
+/// A client from the kubeconfig (or in-cluster) and its default namespace.
+async fn kube_client() -> anyhow::Result<(Client, String)> {
+    let config = kube::Config::infer()
+        .await
+        .context("no Kubernetes configuration (KUBECONFIG, ~/.kube/config or in-cluster)")?;
+    let namespace = config.default_namespace.clone();
+    Ok((Client::try_from(config)?, namespace))
+}
+
+fn control(args: ControlArgs, which: status::Control) -> anyhow::Result<()> {
+    tokio::runtime::Runtime::new()?.block_on(async move {
+        let (client, default_ns) = kube_client().await?;
+        let ns = args.namespace.unwrap_or(default_ns);
+        println!("{}", status::control(client, &ns, &args.name, which).await?);
+        Ok(())
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     match Cli::parse().command {
+        Command::Status {
+            name,
+            namespace,
+            all_namespaces,
+            watch,
+        } => tokio::runtime::Runtime::new()?.block_on(async move {
+            let (client, default_ns) = kube_client().await?;
+            let ns = (!all_namespaces).then(|| namespace.unwrap_or(default_ns));
+            status::show(client, ns.as_deref(), name.as_deref(), watch).await
+        }),
+        Command::Pause(a) => control(a, status::Control::Pause),
+        Command::Resume(a) => control(a, status::Control::Resume),
+        Command::Promote(a) => control(a, status::Control::Promote),
+        Command::Abort(a) => control(a, status::Control::Abort),
+        Command::Retry(a) => control(a, status::Control::Retry),
         Command::Crd { dir } => crd(dir),
         Command::BuildId {
             file,

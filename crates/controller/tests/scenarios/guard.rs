@@ -50,6 +50,46 @@ impl Scenario {
             .unwrap_or_else(|e| panic!("annotate {key}: {e}"));
     }
 
+    /// Runs `twc <args>` against the test cluster as a person would; returns its stdout.
+    /// With `via_kubectl`, as the kubectl plugin: `kubectl twc <args>`, with the binary on
+    /// PATH as `kubectl-twc`.
+    async fn twc(&self, w: &'static World, args: &[&str], via_kubectl: bool) -> String {
+        let twc = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")
+            .unwrap_or_else(|e| panic!("{e}"));
+        let kubeconfig = w.env.control_plane.kubeconfig_path.clone();
+        let mut command = if via_kubectl {
+            let dir = std::env::temp_dir().join(format!("kubectl-plugin-{}", std::process::id()));
+            std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+            let plugin = dir.join("kubectl-twc");
+            if !plugin.exists() {
+                std::os::unix::fs::symlink(&twc, &plugin).unwrap_or_else(|e| panic!("{e}"));
+            }
+            let path = format!(
+                "{}:{}",
+                dir.display(),
+                std::env::var("PATH").unwrap_or_default()
+            );
+            let mut c = tokio::process::Command::new(twc_testenv::paths::kubectl());
+            c.arg("twc").env("PATH", path);
+            c
+        } else {
+            tokio::process::Command::new(twc)
+        };
+        let out = command
+            .args(args)
+            .env("KUBECONFIG", kubeconfig)
+            .output()
+            .await
+            .unwrap_or_else(|e| panic!("twc {args:?}: {e}"));
+        let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+        assert!(
+            out.status.success(),
+            "twc {args:?} failed: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        stdout
+    }
+
     /// Waits for a Normal event with `reason` about the WorkerDeployment.
     async fn wait_normal(&self, reason: &str) -> String {
         wait_for(
@@ -188,9 +228,10 @@ pub async fn a_build_that_never_polls_fails_at_its_deadline_until_retried(w: &'s
     );
 }
 
-/// Mid-rollout controls: v2 ramps at 10 % (a 1 h step); pause holds it (`Progressing=False
-/// Paused`); promote makes it current at once, pause or not; abort gives new work back to v1
-/// (`RolledBack`, `Aborted`); retry and resume bring v2 back as current.
+/// Mid-rollout controls, through `twc` as a person uses it: v2 ramps at 10 % (a 1 h step);
+/// `twc pause` holds it (`Progressing=False Paused`); `twc promote` makes it current at once,
+/// pause or not; `twc abort` gives new work back to v1 (`RolledBack`, `Aborted`); `twc retry`
+/// and `twc resume` bring v2 back as current. `kubectl twc status` shows each step.
 pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     let mut s = Scenario::new(w, "guard-controls").await;
     let steps = json!({"strategy": "Progressive", "steps": [
@@ -204,12 +245,34 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     let v2 = s.target_build_id();
     s.wait_status(&Expect::target(&v2, Ramping).ramp(10.0).current(&v1))
         .await;
+    let ns = s.ns.clone();
+    let name = s.name.clone();
+    let ctl = |verb: &'static str| [verb, "-n", ns.as_str(), name.as_str()];
+    let line = s.twc(w, &["status", "-n", &ns], true).await;
+    for word in [
+        name.as_str(),
+        v2.as_str(),
+        v1.as_str(),
+        "10%",
+        "1/1",
+        "Ramping",
+    ] {
+        assert!(
+            line.contains(word),
+            "{word} missing in `kubectl twc status`: {line}"
+        );
+    }
 
-    s.annotate(controls::PAUSED, Some("true")).await;
+    s.twc(w, &ctl("pause"), false).await;
     s.wait_condition(PROGRESSING, "False", PAUSED).await;
     s.wait_normal("RolloutPaused").await;
+    let detail = s.twc(w, &["status", "-n", &ns, &name], true).await;
+    assert!(
+        detail.contains("Controls:  paused") && detail.contains("RolloutPaused"),
+        "{detail}"
+    );
 
-    s.annotate(controls::PROMOTE, Some(&v2)).await;
+    s.twc(w, &ctl("promote"), false).await;
     s.wait_temporal("v2 promoted", |st| {
         st.current_build_id.as_deref() == Some(v2.as_str()) && st.ramping_build_id.is_none()
     })
@@ -217,7 +280,7 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     s.wait_normal("PromotedOnRequest").await;
 
     let aborted = Instant::now();
-    s.annotate(controls::ABORT, Some("now")).await;
+    s.twc(w, &ctl("abort"), false).await;
     let message = s.wait_condition(ROLLED_BACK, "True", ABORTED).await;
     assert!(message.contains("aborted on request"), "{message}");
     s.wait_temporal("v1 current again", |st| {
@@ -225,20 +288,25 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     })
     .await;
     println!(
-        "abort: v1 current again {:.1}s after the annotation",
+        "abort: v1 current again {:.1}s after `twc abort`",
         aborted.elapsed().as_secs_f64()
     );
     assert_eq!(
         s.failed_version().await,
         Some((v2.clone(), ABORTED.into(), true))
     );
+    let detail = s.twc(w, &["status", "-n", &ns, &name], false).await;
+    assert!(
+        detail.contains(&format!("Failed:    {v2} Aborted, rolled back")),
+        "{detail}"
+    );
 
     // Retry while paused: the mark goes, routing waits for the resume.
-    s.annotate(controls::RETRY, Some("once")).await;
+    s.twc(w, &ctl("retry"), false).await;
     s.wait_normal("RetryRequested").await;
     assert_eq!(s.failed_version().await, None);
     assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
-    s.annotate(controls::PAUSED, None).await;
+    s.twc(w, &ctl("resume"), false).await;
     s.wait_normal("RolloutResumed").await;
     // v2 was current moments ago: a rollback to it, at once.
     s.wait_temporal("v2 current again", |st| {

@@ -1,0 +1,525 @@
+//! `twc status` and the rollout controls (`twc pause|resume|promote|abort|retry`): the view a
+//! person uses, and the annotations they set, from the WorkerDeployments' status and events.
+//! Rendering is pure (tested below); the IO is in [`show`] and [`control`].
+
+use std::fmt::Write as _;
+use std::time::{Duration, SystemTime};
+
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::{Client, ResourceExt};
+use twc_api::{RolloutStrategyKind, VersionStatus, WorkerDeployment, controls};
+
+/// A rollout control, as a subcommand.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Control {
+    Pause,
+    Resume,
+    Promote,
+    Abort,
+    Retry,
+}
+
+/// What `control` writes: (annotation, value; None removes it).
+pub fn annotation(
+    control: Control,
+    wd: &WorkerDeployment,
+    now: SystemTime,
+) -> anyhow::Result<(&'static str, Option<String>)> {
+    let stamp = || rfc3339(now);
+    Ok(match control {
+        Control::Pause => (controls::PAUSED, Some("true".into())),
+        Control::Resume => (controls::PAUSED, None),
+        Control::Promote => {
+            let target = wd
+                .status
+                .as_ref()
+                .and_then(|s| s.target_version.as_ref())
+                .map(|t| t.base.build_id.clone())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{} has no target version yet: nothing to promote",
+                        wd.name_any()
+                    )
+                })?;
+            (controls::PROMOTE, Some(target))
+        }
+        Control::Abort => (controls::ABORT, Some(stamp())),
+        Control::Retry => (controls::RETRY, Some(stamp())),
+    })
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    k8s_openapi::jiff::Timestamp::try_from(t)
+        .map(|t| {
+            t.round(k8s_openapi::jiff::Unit::Second)
+                .unwrap_or(t)
+                .to_string()
+        })
+        .unwrap_or_default()
+}
+
+/// Sets the control's annotation on `namespace/name`; returns what it did, for people.
+pub async fn control(
+    client: Client,
+    namespace: &str,
+    name: &str,
+    control: Control,
+) -> anyhow::Result<String> {
+    let api: Api<WorkerDeployment> = Api::namespaced(client, namespace);
+    let wd = api
+        .get(name)
+        .await
+        .map_err(|e| anyhow::anyhow!("WorkerDeployment {namespace}/{name}: {e}"))?;
+    let (key, value) = annotation(control, &wd, SystemTime::now())?;
+    let patch = serde_json::json!({"metadata": {"annotations": {key: value}}});
+    api.patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(|e| anyhow::anyhow!("annotating {namespace}/{name}: {e}"))?;
+    Ok(match value {
+        Some(v) => format!(
+            "{namespace}/{name}: {key}={v}; the controller acknowledges it in status.controls and an event"
+        ),
+        None => format!("{namespace}/{name}: removed {key}"),
+    })
+}
+
+/// Prints the status of one WorkerDeployment (with its last events), or one line per
+/// WorkerDeployment; again every 2 s with `watch`.
+pub async fn show(
+    client: Client,
+    namespace: Option<&str>,
+    name: Option<&str>,
+    watch: bool,
+) -> anyhow::Result<()> {
+    loop {
+        let text = match name {
+            Some(name) => {
+                let ns = namespace.unwrap_or("default");
+                let wd = Api::<WorkerDeployment>::namespaced(client.clone(), ns)
+                    .get(name)
+                    .await
+                    .map_err(|e| anyhow::anyhow!("WorkerDeployment {ns}/{name}: {e}"))?;
+                let events = Api::<Event>::namespaced(client.clone(), ns)
+                    .list(&ListParams::default().fields(&format!("regarding.name={name}")))
+                    .await
+                    .map(|l| l.items)
+                    .unwrap_or_default();
+                detail(&wd, &events, SystemTime::now())
+            }
+            None => {
+                let api: Api<WorkerDeployment> = match namespace {
+                    Some(ns) => Api::namespaced(client.clone(), ns),
+                    None => Api::all(client.clone()),
+                };
+                let wds = api.list(&ListParams::default()).await?.items;
+                table(&wds, namespace.is_none(), SystemTime::now())
+            }
+        };
+        if !watch {
+            print!("{text}");
+            return Ok(());
+        }
+        // Clear the screen, then draw.
+        print!("\u{1b}[2J\u{1b}[H{text}");
+        tokio::time::sleep(Duration::from_secs(2)).await;
+    }
+}
+
+/// Where a Progressive rollout is: (step index, steps, time left in the step).
+pub fn step(wd: &WorkerDeployment, now: SystemTime) -> Option<(usize, usize, Duration)> {
+    let steps = &wd.spec.rollout.steps;
+    if wd.spec.rollout.strategy != RolloutStrategyKind::Progressive || steps.is_empty() {
+        return None;
+    }
+    let target = wd.status.as_ref()?.target_version.as_ref()?;
+    if target.base.status != VersionStatus::Ramping {
+        return None;
+    }
+    let ramp = target.ramp_percentage?;
+    let index = steps
+        .iter()
+        .rposition(|s| s.ramp_percentage as f32 <= ramp)
+        .unwrap_or(0);
+    let pause = twc_api::duration::parse(&steps[index].pause_duration).ok()?;
+    let since = target
+        .ramp_last_modified_at
+        .as_ref()
+        .map(|t| SystemTime::from(t.0))?;
+    let gone = now.duration_since(since).unwrap_or_default();
+    Some((index, steps.len(), pause.saturating_sub(gone)))
+}
+
+/// "1h2m", "5m3s", "42s".
+pub fn short(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+fn condition<'a>(wd: &'a WorkerDeployment, type_: &str) -> Option<(&'a str, &'a str, &'a str)> {
+    wd.status
+        .as_ref()?
+        .conditions
+        .iter()
+        .find(|c| c.type_ == type_)
+        .map(|c| (c.status.as_str(), c.reason.as_str(), c.message.as_str()))
+}
+
+/// What a WorkerDeployment is doing, in a word: the Progressing reason while it progresses,
+/// else the Ready reason; a failed build's reason first.
+fn state(wd: &WorkerDeployment) -> String {
+    let status = wd.status.clone().unwrap_or_default();
+    if let Some(f) = &status.failed_version {
+        return f.reason.clone();
+    }
+    match (condition(wd, "Progressing"), condition(wd, "Ready")) {
+        (Some(("True", reason, _)), _) => reason.to_string(),
+        (Some((_, reason, _)), _) if reason == twc_api::conditions::PAUSED => reason.to_string(),
+        (_, Some((_, reason, _))) => reason.to_string(),
+        _ => "Unknown".into(),
+    }
+}
+
+/// One line per WorkerDeployment.
+pub fn table(wds: &[WorkerDeployment], with_namespace: bool, now: SystemTime) -> String {
+    let mut rows = vec![vec![
+        "NAME".to_string(),
+        "TARGET".into(),
+        "CURRENT".into(),
+        "RAMP".into(),
+        "STEP".into(),
+        "STATE".into(),
+    ]];
+    for wd in wds {
+        let status = wd.status.clone().unwrap_or_default();
+        let target = status.target_version.as_ref();
+        let name = if with_namespace {
+            format!("{}/{}", wd.namespace().unwrap_or_default(), wd.name_any())
+        } else {
+            wd.name_any()
+        };
+        rows.push(vec![
+            name,
+            target
+                .map(|t| t.base.build_id.clone())
+                .unwrap_or_else(|| "-".into()),
+            status
+                .current_version
+                .as_ref()
+                .map(|c| c.base.build_id.clone())
+                .unwrap_or_else(|| "-".into()),
+            target
+                .and_then(|t| t.ramp_percentage)
+                .filter(|_| target.is_some_and(|t| t.base.status == VersionStatus::Ramping))
+                .map(|r| format!("{r}%"))
+                .unwrap_or_else(|| "-".into()),
+            step(wd, now)
+                .map(|(i, n, left)| format!("{}/{n} {} left", i + 1, short(left)))
+                .unwrap_or_else(|| "-".into()),
+            state(wd),
+        ]);
+    }
+    columns(&rows)
+}
+
+fn columns(rows: &[Vec<String>]) -> String {
+    let widths: Vec<usize> = (0..rows.first().map_or(0, Vec::len))
+        .map(|i| rows.iter().map(|r| r[i].chars().count()).max().unwrap_or(0))
+        .collect();
+    let mut out = String::new();
+    for r in rows {
+        let line: Vec<String> = r
+            .iter()
+            .zip(&widths)
+            .map(|(c, w)| format!("{c:<w$}"))
+            .collect();
+        out.push_str(line.join("   ").trim_end());
+        out.push('\n');
+    }
+    out
+}
+
+/// Everything about one WorkerDeployment, and its last ten events.
+pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> String {
+    let status = wd.status.clone().unwrap_or_default();
+    let mut o = String::new();
+    let ns = wd.namespace().unwrap_or_default();
+    let _ = writeln!(o, "Name:      {ns}/{}", wd.name_any());
+    let rollout = &wd.spec.rollout;
+    let steps: Vec<String> = rollout
+        .steps
+        .iter()
+        .map(|s| format!("{}% for {}", s.ramp_percentage, s.pause_duration))
+        .collect();
+    let _ = writeln!(
+        o,
+        "Strategy:  {:?}{}{}",
+        rollout.strategy,
+        if steps.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", steps.join(", "))
+        },
+        rollout
+            .gate
+            .as_ref()
+            .map(|g| format!(", gate {}", g.workflow_type))
+            .unwrap_or_default()
+    );
+    if let Some(t) = &status.target_version {
+        let mut line = format!("Target:    {} {:?}", t.base.build_id, t.base.status);
+        if t.base.status == VersionStatus::Ramping
+            && let Some(r) = t.ramp_percentage
+        {
+            let _ = write!(line, " at {r}%");
+        }
+        if let Some((i, n, left)) = step(wd, now) {
+            let _ = write!(line, ", step {} of {n}, {} left", i + 1, short(left));
+        }
+        if let Some(since) = &t.target_since {
+            let age = now
+                .duration_since(SystemTime::from(since.0))
+                .unwrap_or_default();
+            let _ = write!(line, ", target for {}", short(age));
+        }
+        let _ = writeln!(o, "{line}");
+    }
+    if let Some(c) = &status.current_version {
+        let _ = writeln!(o, "Current:   {}", c.base.build_id);
+    }
+    if let Some(f) = &status.failed_version {
+        let _ = writeln!(
+            o,
+            "Failed:    {} {}{}: {}",
+            f.build_id,
+            f.reason,
+            if f.rolled_back { ", rolled back" } else { "" },
+            f.message
+        );
+    }
+    let annotations = wd.annotations();
+    let mut held = Vec::new();
+    if annotations
+        .get(controls::PAUSED)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("true"))
+    {
+        held.push(format!(
+            "paused ({}){}",
+            controls::PAUSED,
+            if status.controls.as_ref().is_some_and(|c| c.paused) {
+                ""
+            } else {
+                ", not acknowledged yet"
+            }
+        ));
+    }
+    if let Some(b) = status
+        .controls
+        .as_ref()
+        .and_then(|c| c.promoted_build_id.as_ref())
+    {
+        held.push(format!("promoted {b} on request"));
+    }
+    if !held.is_empty() {
+        let _ = writeln!(o, "Controls:  {}", held.join("; "));
+    }
+    let _ = writeln!(o, "Conditions:");
+    for c in &status.conditions {
+        let _ = writeln!(
+            o,
+            "  {:<14} {:<6} {}: {}",
+            c.type_, c.status, c.reason, c.message
+        );
+    }
+    let _ = writeln!(o, "Versions:");
+    let mut rows = vec![vec![
+        "  BUILD ID".to_string(),
+        "ROLE".into(),
+        "STATUS".into(),
+        "DEPLOYMENT".into(),
+        "DRAINED FOR".into(),
+    ]];
+    let drained = |d: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
+        d.as_ref()
+            .map(|t| {
+                short(
+                    now.duration_since(SystemTime::from(t.0))
+                        .unwrap_or_default(),
+                )
+            })
+            .unwrap_or_else(|| "-".into())
+    };
+    let deployment = |b: &twc_api::BaseWorkerDeploymentVersion| {
+        b.deployment
+            .as_ref()
+            .and_then(|d| d.name.clone())
+            .unwrap_or_else(|| "-".into())
+    };
+    if let Some(t) = &status.target_version {
+        rows.push(vec![
+            format!("  {}", t.base.build_id),
+            "target".into(),
+            format!("{:?}", t.base.status),
+            deployment(&t.base),
+            "-".into(),
+        ]);
+    }
+    if let Some(c) = &status.current_version
+        && status
+            .target_version
+            .as_ref()
+            .is_none_or(|t| t.base.build_id != c.base.build_id)
+    {
+        rows.push(vec![
+            format!("  {}", c.base.build_id),
+            "current".into(),
+            format!("{:?}", c.base.status),
+            deployment(&c.base),
+            "-".into(),
+        ]);
+    }
+    for d in &status.deprecated_versions {
+        rows.push(vec![
+            format!("  {}", d.base.build_id),
+            "older".into(),
+            format!("{:?}", d.base.status),
+            deployment(&d.base),
+            drained(&d.drained_since),
+        ]);
+    }
+    o.push_str(&columns(&rows));
+    let mut events: Vec<&Event> = events.iter().collect();
+    let at = |e: &Event| {
+        e.series
+            .as_ref()
+            .map(|s| SystemTime::from(s.last_observed_time.0))
+            .or_else(|| e.event_time.as_ref().map(|t| SystemTime::from(t.0)))
+            .or_else(|| {
+                e.metadata
+                    .creation_timestamp
+                    .as_ref()
+                    .map(|t| SystemTime::from(t.0))
+            })
+            .unwrap_or(SystemTime::UNIX_EPOCH)
+    };
+    events.sort_by_key(|e| at(e));
+    let _ = writeln!(o, "Events:");
+    let skip = events.len().saturating_sub(10);
+    for e in events.into_iter().skip(skip) {
+        let age = now.duration_since(at(e)).unwrap_or_default();
+        let _ = writeln!(
+            o,
+            "  {:>6} ago  {:<7} {:<22} {}",
+            short(age),
+            e.type_.as_deref().unwrap_or_default(),
+            e.reason.as_deref().unwrap_or_default(),
+            e.note.as_deref().unwrap_or_default()
+        );
+    }
+    o
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn now() -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000)
+    }
+
+    fn ramping() -> WorkerDeployment {
+        serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "hello", "namespace": "team-a"},
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "w", "image": "w:2"}]}},
+                "rollout": {"strategy": "Progressive", "steps": [
+                    {"rampPercentage": 10, "pauseDuration": "5m"},
+                    {"rampPercentage": 50, "pauseDuration": "10m"}
+                ]},
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "default"}
+            },
+            "status": {
+                "targetVersion": {"buildID": "v2-aaaa", "status": "Ramping", "rampPercentage": 10.0,
+                    "rampLastModifiedAt": "2027-01-15T07:58:20Z", "targetSince": "2027-01-15T07:50:00Z"},
+                "currentVersion": {"buildID": "v1-bbbb", "status": "Current"},
+                "conditions": [{"type": "Progressing", "status": "True", "reason": "Ramping",
+                    "message": "buildID v2-aaaa is ramping at 10%", "lastTransitionTime": "2027-01-15T07:58:20Z"}]
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn the_step_and_its_time_left_come_from_the_ramp_time() {
+        // now is 08:00:00; the step of 5 m started at 07:58:20.
+        assert_eq!(
+            step(&ramping(), now()),
+            Some((0, 2, Duration::from_secs(200)))
+        );
+        let table = table(&[ramping()], false, now());
+        let line = table.lines().nth(1).unwrap_or_default();
+        for word in [
+            "hello",
+            "v2-aaaa",
+            "v1-bbbb",
+            "10%",
+            "1/2 3m20s left",
+            "Ramping",
+        ] {
+            assert!(line.contains(word), "{word} missing in {line:?}");
+        }
+    }
+
+    #[test]
+    fn a_failed_build_is_what_the_line_and_the_detail_say_first() {
+        let mut wd = ramping();
+        if let Some(s) = wd.status.as_mut() {
+            s.failed_version = Some(twc_api::FailedVersion {
+                build_id: "v2-aaaa".into(),
+                reason: "WorkersCrashLooping".into(),
+                message: "the workers keep crashing".into(),
+                failed_at: None,
+                rolled_back: true,
+            });
+        }
+        assert!(table(&[wd.clone()], true, now()).contains("team-a/hello"));
+        assert!(table(&[wd.clone()], true, now()).contains("WorkersCrashLooping"));
+        let text = detail(&wd, &[], now());
+        assert!(
+            text.contains(
+                "Failed:    v2-aaaa WorkersCrashLooping, rolled back: the workers keep crashing"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("step 1 of 2, 3m20s left, target for 10m0s"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn controls_write_their_annotations() {
+        let wd = ramping();
+        assert_eq!(
+            annotation(Control::Promote, &wd, now()).ok(),
+            Some((controls::PROMOTE, Some("v2-aaaa".to_string())))
+        );
+        assert_eq!(
+            annotation(Control::Resume, &wd, now()).ok(),
+            Some((controls::PAUSED, None))
+        );
+        assert_eq!(
+            annotation(Control::Abort, &wd, now()).ok(),
+            Some((controls::ABORT, Some("2027-01-15T08:00:00Z".to_string())))
+        );
+        let mut fresh = wd;
+        fresh.status = None;
+        assert!(annotation(Control::Promote, &fresh, now()).is_err());
+    }
+}
