@@ -88,6 +88,7 @@ pub mod conditions {
     pub const ROLLED_BACK: &str = "RolledBack";
     pub const PROGRESS_DEADLINE_EXCEEDED: &str = "ProgressDeadlineExceeded";
     pub const WORKERS_CRASH_LOOPING: &str = "WorkersCrashLooping";
+    pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
     pub const ABORTED: &str = "Aborted";
     /// `RolledBack=False`: the target is not (or no longer) rolled back.
     pub const NOT_ROLLED_BACK: &str = "NotRolledBack";

@@ -227,11 +227,52 @@ pub struct RolloutStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateWorkflowConfig>,
 
+    /// Judge the new version by its own workflows while it ramps (Progressive only): at every
+    /// step, the workflows that closed on the new build since the step began, counted by
+    /// Temporal's visibility. Too many failed, timed out or terminated ones roll the ramp back
+    /// at once (reason `AnalysisFailed`), and the build is not promoted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub analysis: Option<AnalysisConfig>,
+
     /// The ramp steps of a Progressive rollout, at most 20, with strictly increasing
     /// percentages.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(length(max = 20))]
     pub steps: Vec<RolloutStep>,
+}
+
+/// How a ramping version is judged.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct AnalysisConfig {
+    /// The highest share, in percent, of the workflows closed on the new version in a step
+    /// that may have failed, timed out or been terminated. Default 10.
+    #[serde(default = "default_max_failure_percent")]
+    #[schemars(range(min = 0, max = 100))]
+    pub max_failure_percent: i32,
+
+    /// How many workflows must have closed on the new version in a step for a verdict; with
+    /// fewer, the step is inconclusive and the rollout goes on. Default 10.
+    #[serde(default = "default_min_samples")]
+    #[schemars(range(min = 1))]
+    pub min_samples: i32,
+}
+
+impl Default for AnalysisConfig {
+    fn default() -> Self {
+        Self {
+            max_failure_percent: default_max_failure_percent(),
+            min_samples: default_min_samples(),
+        }
+    }
+}
+
+fn default_max_failure_percent() -> i32 {
+    10
+}
+
+fn default_min_samples() -> i32 {
+    10
 }
 
 /// One step of a Progressive rollout.
@@ -414,10 +455,32 @@ pub struct TargetWorkerDeploymentVersion {
     /// When the ramp percentage last changed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ramp_last_modified_at: Option<Time>,
+    /// What the analysis found at each ramp step of this build.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub analysis: Vec<StepAnalysis>,
     /// When this build became the target; the progress deadline counts from here (a retry or
     /// a resume starts it again).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target_since: Option<Time>,
+}
+
+/// What the analysis found at one ramp step.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StepAnalysis {
+    /// The step's index in `spec.rollout.steps`, from 0.
+    pub step: i32,
+    /// The step's ramp percentage.
+    pub ramp_percentage: i32,
+    /// Workflows closed on the build since the step began.
+    pub closed: i64,
+    /// Of those, how many failed, timed out or were terminated.
+    pub failed: i64,
+    /// `Running` (the step goes on), `Passed`, `Failed` or `Inconclusive` (too few closed).
+    pub verdict: String,
+    /// When it was counted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checked_at: Option<Time>,
 }
 
 /// The version that currently receives new workflows.
@@ -513,7 +576,7 @@ pub struct FailedVersion {
     /// The build ID that failed.
     #[serde(rename = "buildID")]
     pub build_id: String,
-    /// Why: `ProgressDeadlineExceeded`, `WorkersCrashLooping` or `Aborted`.
+    /// Why: `ProgressDeadlineExceeded`, `WorkersCrashLooping`, `AnalysisFailed` or `Aborted`.
     pub reason: String,
     /// What was seen, for people.
     pub message: String,

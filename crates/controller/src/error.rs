@@ -16,6 +16,7 @@ pub enum Rpc {
     DescribeWorkerDeployment,
     DescribeWorkerDeploymentVersion,
     DescribeWorkflowExecution,
+    CountWorkflowExecutions,
     SetWorkerDeploymentManager,
     SetWorkerDeploymentCurrentVersion,
     SetWorkerDeploymentRampingVersion,
@@ -30,6 +31,7 @@ impl Rpc {
             Rpc::DescribeWorkerDeployment => "DescribeWorkerDeployment",
             Rpc::DescribeWorkerDeploymentVersion => "DescribeWorkerDeploymentVersion",
             Rpc::DescribeWorkflowExecution => "DescribeWorkflowExecution",
+            Rpc::CountWorkflowExecutions => "CountWorkflowExecutions",
             Rpc::SetWorkerDeploymentManager => "SetWorkerDeploymentManager",
             Rpc::SetWorkerDeploymentCurrentVersion => "SetWorkerDeploymentCurrentVersion",
             Rpc::SetWorkerDeploymentRampingVersion => "SetWorkerDeploymentRampingVersion",
@@ -45,6 +47,7 @@ impl Rpc {
             Rpc::DescribeWorkerDeployment
                 | Rpc::DescribeWorkerDeploymentVersion
                 | Rpc::DescribeWorkflowExecution
+                | Rpc::CountWorkflowExecutions
         )
     }
 }

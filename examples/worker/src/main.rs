@@ -15,12 +15,14 @@
 //! `WORKER_MODE` makes it misbehave on purpose, to test what a rollout does with a bad build:
 //! `crash` exits with an error (a crash loop under a Deployment): at start, or after polling
 //! for `WORKER_CRASH_AFTER_SECONDS`; `no-poll` stays up without ever polling Temporal (ready
-//! pods, no pollers).
+//! pods, no pollers). `WORKER_FAIL_PERCENT=N` makes about N % of the `Work` workflows fail.
 //!
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
 //! * `Fail` - fails at once (a failing gate);
 //! * `Sleep(seconds)` - waits, then completes (keeps a version Draining while it runs);
+//! * `Work(n)` - completes, or fails for about `WORKER_FAIL_PERCENT` % of the numbers `n`
+//!   (spread over them, the same `n` always the same way: a build with a bug);
 //! * `CheckInput(json)` - completes if its JSON argument has `"ok": true`, else fails (a gate
 //!   whose input comes from the spec, a ConfigMap or a Secret).
 
@@ -73,6 +75,30 @@ impl Sleep {
     pub async fn run(ctx: &mut WorkflowContext<Self>, seconds: u64) -> WorkflowResult<String> {
         ctx.timer(Duration::from_secs(seconds)).await;
         Ok(format!("slept {seconds}s"))
+    }
+}
+
+#[workflow]
+#[derive(Default)]
+pub struct Work;
+
+#[workflow_methods]
+impl Work {
+    #[run]
+    pub async fn run(_ctx: &mut WorkflowContext<Self>, n: u64) -> WorkflowResult<String> {
+        // The same for every run of this build: read once per process.
+        let percent: u64 = std::env::var("WORKER_FAIL_PERCENT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if n.wrapping_mul(37) % 100 < percent {
+            Err(
+                ApplicationFailure::new(format!("work {n} failed (WORKER_FAIL_PERCENT={percent})"))
+                    .into(),
+            )
+        } else {
+            Ok(format!("work {n} done"))
+        }
     }
 }
 
@@ -206,6 +232,7 @@ async fn main() -> anyhow::Result<()> {
         .register_workflow::<Fail>()?
         .register_workflow::<Sleep>()?
         .register_workflow::<CheckInput>()?
+        .register_workflow::<Work>()?
         .build();
     let mut worker = Worker::new(&runtime, client, options)?;
     println!(

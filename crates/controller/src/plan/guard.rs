@@ -1,5 +1,5 @@
 //! The rollout's guard: when a target build has failed (its progress deadline passed, its
-//! workers crash-loop, a person aborted it), the rollout controls a person set
+//! workers crash-loop, its analysis found too many failed workflows, a person aborted it), the rollout controls a person set
 //! (pause, promote, abort, retry), and since when the target is the target. Pure: read from
 //! the WorkerDeployment (its annotations and last status) and what was observed.
 //!
@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime};
 
 use kube::ResourceExt;
 use twc_api::conditions as reason;
-use twc_api::{RolloutControls, VersionStatus, WorkerDeployment, controls};
+use twc_api::{RolloutControls, StepAnalysis, VersionStatus, WorkerDeployment, controls};
 
 use super::{Observed, PodTrouble, status_of, workers_up};
 
@@ -81,12 +81,57 @@ pub struct Guard {
     pub deadline_at: Option<SystemTime>,
     /// What the status records of the controls once this plan is carried out.
     pub acted: RolloutControls,
+    /// The target's analysis per step, this step's updated.
+    pub analysis: Vec<StepAnalysis>,
+    /// When to count again while a step's analysis runs.
+    pub analysis_at: Option<SystemTime>,
+}
+
+/// How often a ramp step's analysis is counted while the step runs (failures show before its
+/// end).
+pub const ANALYSIS_EVERY: Duration = Duration::from_secs(30);
+
+/// The verdict on the current ramp step of `target`, from what was counted: Failed as soon as
+/// enough workflows closed with too many failures, else Running until the step ends, then
+/// Passed, or Inconclusive with too few.
+pub fn analyse(wd: &WorkerDeployment, observed: &Observed) -> Option<StepAnalysis> {
+    let config = wd.spec.rollout.analysis.as_ref()?;
+    let counted = observed.target.analysis.as_ref()?;
+    let state = &observed.temporal;
+    let steps = &wd.spec.rollout.steps;
+    let index = super::step_index(steps, state.ramp_percentage);
+    let step = steps.get(index)?;
+    if counted.since != state.ramp_changed_at {
+        // Counted for another step.
+        return None;
+    }
+    let pause = twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
+    let ended = state
+        .ramp_changed_at
+        .is_none_or(|since| observed.now >= since + pause);
+    let enough = counted.closed >= i64::from(config.min_samples.max(1));
+    let too_many = counted.failed * 100 > i64::from(config.max_failure_percent) * counted.closed;
+    let verdict = match (enough, too_many, ended) {
+        (true, true, _) => "Failed",
+        (_, _, false) => "Running",
+        (true, false, true) => "Passed",
+        (false, _, true) => "Inconclusive",
+    };
+    Some(StepAnalysis {
+        step: i32::try_from(index).unwrap_or(i32::MAX),
+        ramp_percentage: step.ramp_percentage,
+        closed: counted.closed,
+        failed: counted.failed,
+        verdict: verdict.into(),
+        checked_at: crate::conditions::time(observed.now),
+    })
 }
 
 pub fn failure_reason(reason: &str) -> &'static str {
     match reason {
         reason::WORKERS_CRASH_LOOPING => reason::WORKERS_CRASH_LOOPING,
         reason::ABORTED => reason::ABORTED,
+        reason::ANALYSIS_FAILED => reason::ANALYSIS_FAILED,
         _ => reason::PROGRESS_DEADLINE_EXCEEDED,
     }
 }
@@ -162,6 +207,22 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         new: true,
     };
     let deadline = deadline(wd);
+    let step_analysis = if ramping { analyse(wd, observed) } else { None };
+    let mut analysis: Vec<StepAnalysis> = previous
+        .target_version
+        .as_ref()
+        .filter(|_| same_target)
+        .map(|t| t.analysis.clone())
+        .unwrap_or_default();
+    if let Some(a) = &step_analysis {
+        analysis.retain(|p| p.step != a.step);
+        analysis.push(a.clone());
+        analysis.sort_by_key(|p| p.step);
+    }
+    let analysis_at = step_analysis
+        .as_ref()
+        .filter(|a| a.verdict == "Running")
+        .map(|_| now + ANALYSIS_EVERY);
     let stopped = d.is_some_and(|d| d.spec_replicas == Some(0)) && wd.spec.replicas == Some(0);
     let mut deadline_at = None;
     let found = if carried.is_some() {
@@ -193,6 +254,19 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
                 } else {
                     format!(": {}", crash.message)
                 }
+            ),
+        ))
+    } else if let Some(a) = step_analysis.as_ref().filter(|a| a.verdict == "Failed") {
+        let config = wd.spec.rollout.analysis.clone().unwrap_or_default();
+        Some(fail(
+            reason::ANALYSIS_FAILED,
+            format!(
+                "buildID {target} failed its analysis at step {} ({}%): {} of the {} workflows closed on it in the step failed, timed out or were terminated (more than {}%)",
+                a.step + 1,
+                a.ramp_percentage,
+                a.failed,
+                a.closed,
+                config.max_failure_percent
             ),
         ))
     } else if let (Some(limit), Some(d), false, false) = (deadline, d, controls.paused, stopped) {
@@ -258,6 +332,8 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         waiting,
         deadline_at,
         acted,
+        analysis,
+        analysis_at,
     }
 }
 

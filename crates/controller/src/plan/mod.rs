@@ -94,6 +94,17 @@ pub struct TargetObserved {
     /// Whether every task queue still has an unversioned poller (a first rollout from
     /// unversioned workers); None when not known (yet).
     pub unversioned_pollers: Option<bool>,
+    /// The workflows closed on the target since its ramp step began, when it ramps with an
+    /// analysis configured.
+    pub analysis: Option<Counted>,
+}
+
+/// Workflows closed on a build since a time, as visibility counts them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub since: Option<SystemTime>,
+    pub closed: i64,
+    pub failed: i64,
 }
 
 /// Which extra reads the planner needs about the target version.
@@ -102,6 +113,8 @@ pub struct Needs {
     pub task_queues: bool,
     pub gates: bool,
     pub unversioned_pollers: bool,
+    /// Count the workflows closed on the ramping target since its step began.
+    pub analysis: bool,
 }
 
 /// What to read about `target` before planning: its task queues while it is registered and
@@ -120,6 +133,10 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
             && state.current_build_id.is_none()
             && state.ramping_build_id.as_deref() != Some(target)
             && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive,
+        analysis: pending
+            && state.ramping_build_id.as_deref() == Some(target)
+            && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive
+            && wd.spec.rollout.analysis.is_some(),
     }
 }
 
@@ -178,6 +195,8 @@ pub struct Plan {
     pub waiting: Option<String>,
     /// The rollout controls as this plan acts on them (recorded in the status).
     pub controls: twc_api::RolloutControls,
+    /// The target's analysis per ramp step (recorded in the status).
+    pub analysis: Vec<twc_api::StepAnalysis>,
 }
 
 impl Plan {
@@ -523,6 +542,10 @@ pub fn plan_with(
     plan.target_since = Some(guard.target_since);
     plan.waiting = guard.waiting.clone();
     plan.controls = guard.acted.clone();
+    plan.analysis = guard.analysis.clone();
+    if let Some(at) = guard.analysis_at {
+        plan.wake(at);
+    }
     let controls = &guard.controls;
     let up = workers_up(&observed.deployments, &target);
     if let Some(mut failure) = guard.failure {
@@ -775,6 +798,14 @@ fn gate_verdict(target: &str, observed: &TargetObserved) -> Gate {
     if passed { Gate::Passed } else { Gate::Pending }
 }
 
+/// The step a ramp is at: the last whose ramp is at or below `ramp` (0 if none).
+pub fn step_index(steps: &[twc_api::RolloutStep], ramp: f32) -> usize {
+    steps
+        .iter()
+        .rposition(|s| s.ramp_percentage as f32 <= ramp)
+        .unwrap_or(0)
+}
+
 fn progressive(
     wd: &WorkerDeployment,
     target: &str,
@@ -792,11 +823,7 @@ fn progressive(
         ));
     }
     let current_ramp = state.ramp_percentage;
-    // The step we are at: the last whose ramp is at or below the current ramp.
-    let index = steps
-        .iter()
-        .rposition(|s| s.ramp_percentage as f32 <= current_ramp)
-        .unwrap_or(0);
+    let index = step_index(steps, current_ramp);
     let step = &steps[index];
     if (step.ramp_percentage as f32 - current_ramp).abs() > f32::EPSILON {
         return Some(Routing::SetRamp(

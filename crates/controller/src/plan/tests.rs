@@ -1662,4 +1662,61 @@ mod guarded {
             Some(Routing::SetRamp(target, 50.0))
         );
     }
+    #[test]
+    fn analysis_judges_each_step_by_the_workflows_closed_on_the_build() {
+        let mut wd = wd("Progressive", "w:v2");
+        wd.spec.rollout.analysis = Some(twc_api::AnalysisConfig {
+            max_failure_percent: 20,
+            min_samples: 10,
+        });
+        let target = target_of(&wd);
+        let wd = targeted(wd, &target, t(0));
+        let ramping = |now: SystemTime, closed: i64, failed: i64| {
+            let mut o = world(&wd)
+                .at(now)
+                .deployment("v1", None)
+                .version("v1", VersionStatus::Current)
+                .current("v1")
+                .deployment(&target, None)
+                .version(&target, VersionStatus::Ramping)
+                .ramping(&target)
+                .ramp(10.0, t(0))
+                .build();
+            o.target.analysis = Some(Counted {
+                since: Some(t(0)),
+                closed,
+                failed,
+            });
+            o
+        };
+        assert!(needs(&wd, &target, &ramping(t(1), 0, 0).temporal).analysis);
+        // Mid-step, healthy: counted again in 30 s, no routing yet.
+        let p = plan(&wd, &conn(), &me(), &ramping(t(20), 12, 1));
+        assert_eq!(p.routing, None);
+        assert_eq!(p.wake_at, Some(t(50)));
+        assert_eq!(
+            p.analysis.first().map(|a| a.verdict.as_str()),
+            Some("Running")
+        );
+        // Too many failed, mid-step: rolled back at once.
+        let p = plan(&wd, &conn(), &me(), &ramping(t(20), 12, 6));
+        assert_eq!(p.routing, Some(Routing::ClearRamp));
+        let f = p.failure.unwrap_or_else(|| panic!("no failure"));
+        assert_eq!(f.reason, twc_api::conditions::ANALYSIS_FAILED);
+        assert!(f.message.contains("6 of the 12 workflows"), "{}", f.message);
+        // Too few to judge: the failures do not count, the step ends inconclusive and goes on.
+        let p = plan(&wd, &conn(), &me(), &ramping(t(61), 4, 4));
+        assert_eq!(p.routing, Some(Routing::SetRamp(target.clone(), 50.0)));
+        assert_eq!(
+            p.analysis.first().map(|a| a.verdict.as_str()),
+            Some("Inconclusive")
+        );
+        // Enough and healthy at the step's end: passed.
+        let p = plan(&wd, &conn(), &me(), &ramping(t(61), 40, 2));
+        assert_eq!(p.routing, Some(Routing::SetRamp(target, 50.0)));
+        assert_eq!(
+            p.analysis.first().map(|a| a.verdict.as_str()),
+            Some("Passed")
+        );
+    }
 }

@@ -17,8 +17,9 @@ use temporalio_common::protos::temporal::api::workflow::v1::versioning_override:
     Override, PinnedOverride, PinnedOverrideBehavior,
 };
 use temporalio_common::protos::temporal::api::workflowservice::v1::{
-    DescribeTaskQueueRequest, DescribeWorkerDeploymentVersionRequest,
-    DescribeWorkflowExecutionRequest, StartWorkflowExecutionRequest,
+    CountWorkflowExecutionsRequest, DescribeTaskQueueRequest,
+    DescribeWorkerDeploymentVersionRequest, DescribeWorkflowExecutionRequest,
+    StartWorkflowExecutionRequest,
 };
 use twc_api::WorkflowExecutionStatus;
 
@@ -102,6 +103,40 @@ impl WorkerDeploymentRef<'_> {
         queues.sort();
         queues.dedup();
         Ok(queues)
+    }
+
+    /// The workflows that closed on `build_id` since `since` (RFC 3339), counted by
+    /// visibility (`TemporalWorkerDeploymentVersion`): (closed, of which failed, timed out or
+    /// terminated).
+    pub async fn closed_since(&self, build_id: &str, since: &str) -> Result<(i64, i64), Status> {
+        let mut svc = self.conn.workflow_service();
+        let query = format!(
+            "TemporalWorkerDeploymentVersion = '{}:{}' AND CloseTime >= '{since}' GROUP BY ExecutionStatus",
+            self.name.replace('\'', ""),
+            build_id.replace('\'', "")
+        );
+        let request = CountWorkflowExecutionsRequest {
+            namespace: self.namespace.to_string(),
+            query,
+        };
+        let r = rpc(
+            "CountWorkflowExecutions",
+            svc.count_workflow_executions(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner();
+        let mut failed = 0;
+        for g in &r.groups {
+            let value = g
+                .group_values
+                .first()
+                .and_then(|p| serde_json::from_slice::<String>(&p.data).ok())
+                .unwrap_or_default();
+            if matches!(value.as_str(), "Failed" | "TimedOut" | "Terminated") {
+                failed += g.count;
+            }
+        }
+        Ok((r.count, failed))
     }
 
     /// `DescribeWorkflowExecution` of the latest run of `workflow_id`: (run ID, status), or

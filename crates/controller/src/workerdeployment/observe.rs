@@ -202,7 +202,25 @@ pub async fn read_temporal(
     if needs.task_queues {
         ctx.reads.take(&temporal.pool_key, priority).await;
     }
-    let target_observed = target_version(needs, &target, target_build).await?;
+    let mut target_observed = target_version(needs, &target, target_build).await?;
+    if needs.analysis {
+        let since = state.ramp_changed_at;
+        let at = since
+            .map(crate::connections::auth::rfc3339)
+            .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());
+        let (closed, failed) = target.closed_since(target_build, &at).await.map_err(|s| {
+            Error::temporal(
+                Rpc::CountWorkflowExecutions,
+                format!("closed on buildID {target_build}"),
+                &s,
+            )
+        })?;
+        target_observed.analysis = Some(plan::Counted {
+            since,
+            closed,
+            failed,
+        });
+    }
     Ok((state, target_observed))
 }
 

@@ -64,6 +64,7 @@ pub fn next(
                 .then(|| i32::try_from(plan.collision_count).unwrap_or(i32::MAX));
             if let Some(t) = s.target_version.as_mut() {
                 t.target_since = plan.target_since.and_then(time);
+                t.analysis = plan.analysis.clone();
             }
             s.failed_version = plan.failure.as_ref().map(guard::record);
             s.controls = Some(plan.controls.clone()).filter(|c| *c != RolloutControls::default());

@@ -9,7 +9,8 @@ use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::{Value, json};
 use twc_api::VersionStatus::Ramping;
 use twc_api::conditions::{
-    ABORTED, PAUSED, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, ROLLED_BACK, WORKERS_CRASH_LOOPING,
+    ABORTED, ANALYSIS_FAILED, PAUSED, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, ROLLED_BACK,
+    WORKERS_CRASH_LOOPING,
 };
 use twc_api::controls;
 use twc_testenv::wait_for;
@@ -88,6 +89,42 @@ impl Scenario {
             String::from_utf8_lossy(&out.stderr)
         );
         stdout
+    }
+
+    /// Starts workflow `Work(n)` on the task queue (Temporal routes it by the ramp).
+    async fn start_work(&self, id: &str, n: u64) {
+        use temporalio_common::protos::temporal::api::common::v1::{
+            Payload, Payloads, WorkflowType,
+        };
+        use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
+        use temporalio_common::protos::temporal::api::workflowservice::v1::StartWorkflowExecutionRequest;
+        let payload = Payload {
+            metadata: [("encoding".to_string(), b"json/plain".to_vec())].into(),
+            data: n.to_string().into_bytes(),
+            ..Default::default()
+        };
+        let mut svc = self.temporal.workflow_service();
+        svc.start_workflow_execution(temporalio_client::tonic::Request::new(
+            StartWorkflowExecutionRequest {
+                namespace: self.temporal_ns.clone(),
+                workflow_id: id.to_string(),
+                request_id: id.to_string(),
+                workflow_type: Some(WorkflowType {
+                    name: "Work".into(),
+                }),
+                task_queue: Some(TaskQueue {
+                    name: self.name.clone(),
+                    ..Default::default()
+                }),
+                input: Some(Payloads {
+                    payloads: vec![payload],
+                }),
+                identity: crate::harness::SETUP_IDENTITY.into(),
+                ..Default::default()
+            },
+        ))
+        .await
+        .unwrap_or_else(|e| panic!("start {id}: {e}"));
     }
 
     /// Waits for a Normal event with `reason` about the WorkerDeployment.
@@ -172,6 +209,66 @@ pub async fn a_crash_looping_ramp_is_rolled_back_before_its_deadline(w: &'static
     s.wait_warning(WORKERS_CRASH_LOOPING).await;
     s.wait_warning(ROLLED_BACK).await;
     // Not ramped again while the controller keeps reconciling.
+    tokio::time::sleep(crate::harness::SETTLE).await;
+    let st = s.describe().await;
+    assert_eq!(
+        (st.current_build_id, st.ramping_build_id),
+        (Some(v1.clone()), None)
+    );
+}
+
+/// v1 current; v2 fails about half of its `Work` workflows. Progressive at 50 % for 30 s with
+/// an analysis (at most 20 % failed, 4 samples): 40 workflows started during the step, about
+/// half on v2; the ramp is rolled back (`AnalysisFailed`) by the step's end, v2 is never
+/// promoted, and the status shows the step's counts.
+pub async fn a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-analysis").await;
+    let steps = json!({
+        "strategy": "Progressive",
+        "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}],
+        "analysis": {"maxFailurePercent": 20, "minSamples": 4}
+    });
+    s.create(s.spec(steps, &image("v2"))).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    s.misbehave(json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]))
+        .await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    s.connect().await;
+    let v2 = s.target_build_id();
+    s.wait_temporal("v2 ramping", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    let ramped = Instant::now();
+    for n in 0..40u64 {
+        s.start_work(&format!("work-{n}"), n).await;
+    }
+    let message = s.wait_condition(ROLLED_BACK, "True", ANALYSIS_FAILED).await;
+    assert!(
+        message.contains("failed its analysis at step 1 (50%)"),
+        "{message}"
+    );
+    s.wait_temporal("ramp cleared", |st| {
+        st.ramping_build_id.is_none() && st.current_build_id.as_deref() == Some(v1.as_str())
+    })
+    .await;
+    println!(
+        "analysis: routing restored {:.1}s after the ramp started (30 s step)",
+        ramped.elapsed().as_secs_f64()
+    );
+    let wd = s.get().await;
+    let step = wd
+        .status
+        .and_then(|st| st.target_version)
+        .and_then(|t| t.analysis.first().cloned())
+        .unwrap_or_else(|| panic!("no analysis in the status"));
+    assert_eq!(step.verdict, "Failed");
+    assert!(
+        step.closed >= 4 && step.failed * 5 > step.closed,
+        "{step:?}"
+    );
+    s.wait_warning(ANALYSIS_FAILED).await;
     tokio::time::sleep(crate::harness::SETTLE).await;
     let st = s.describe().await;
     assert_eq!(
