@@ -227,10 +227,11 @@ pub struct RolloutStrategy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub gate: Option<GateWorkflowConfig>,
 
-    /// Judge the new version by its own workflows while it ramps (Progressive only): at every
-    /// step, the workflows that closed on the new build since the step began, counted by
-    /// Temporal's visibility. Too many failed, timed out or terminated ones roll the ramp back
-    /// at once (reason `AnalysisFailed`), and the build is not promoted.
+    /// Judge the new version by its own workflows: at every step of a Progressive rollout,
+    /// and after promotion for `afterPromotion`, the workflows that closed on the new build
+    /// since the step began (or since it became current), counted by Temporal's visibility.
+    /// Too many failed, timed out or terminated ones take new work away from it at once
+    /// (reason `AnalysisFailed`) and mark it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub analysis: Option<AnalysisConfig>,
 
@@ -256,6 +257,13 @@ pub struct AnalysisConfig {
     #[serde(default = "default_min_samples")]
     #[schemars(range(min = 1))]
     pub min_samples: i32,
+
+    /// How long to keep judging the build once it is current, as a duration such as `10m`,
+    /// with any strategy but Manual (an AllAtOnce promotion, or a Progressive rollout's last
+    /// step): too many failures in that window give new work back to the version current
+    /// before it. Unset: not judged after promotion.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_promotion: Option<String>,
 }
 
 impl Default for AnalysisConfig {
@@ -263,6 +271,7 @@ impl Default for AnalysisConfig {
         Self {
             max_failure_percent: default_max_failure_percent(),
             min_samples: default_min_samples(),
+            after_promotion: None,
         }
     }
 }
@@ -468,9 +477,10 @@ pub struct TargetWorkerDeploymentVersion {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct StepAnalysis {
-    /// The step's index in `spec.rollout.steps`, from 0.
+    /// The step's index in `spec.rollout.steps`, from 0; the number of steps for the window
+    /// after promotion.
     pub step: i32,
-    /// The step's ramp percentage.
+    /// The step's ramp percentage (100 after promotion).
     pub ramp_percentage: i32,
     /// Workflows closed on the build since the step began.
     pub closed: i64,
@@ -700,9 +710,15 @@ impl WorkerDeploymentSpec {
         if self.rollout.steps.len() > 20 {
             err("spec.rollout.steps", "at most 20 steps are allowed".into());
         }
+        let after_promotion = self
+            .rollout
+            .analysis
+            .as_ref()
+            .and_then(|a| a.after_promotion.clone());
         for (field, value) in [
             ("spec.sunset.scaledownDelay", &self.sunset.scaledown_delay),
             ("spec.sunset.deleteDelay", &self.sunset.delete_delay),
+            ("spec.rollout.analysis.afterPromotion", &after_promotion),
         ] {
             if let Some(Err(e)) = value.as_deref().map(crate::duration::parse) {
                 err(field, e);

@@ -65,6 +65,8 @@ scenarios! {
     a_crash_looping_ramp_is_rolled_back_before_its_deadline =>
         guard::a_crash_looping_ramp_is_rolled_back_before_its_deadline,
     rollout_controls_work_mid_rollout => guard::rollout_controls_work_mid_rollout,
+    an_all_at_once_promotion_failing_its_analysis_is_rolled_back =>
+        guard::an_all_at_once_promotion_failing_its_analysis_is_rolled_back,
     a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step =>
         guard::a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step,
     a_build_that_never_polls_fails_at_its_deadline_until_retried =>

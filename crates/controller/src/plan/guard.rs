@@ -94,21 +94,32 @@ pub const ANALYSIS_EVERY: Duration = Duration::from_secs(30);
 /// The verdict on the current ramp step of `target`, from what was counted: Failed as soon as
 /// enough workflows closed with too many failures, else Running until the step ends, then
 /// Passed, or Inconclusive with too few.
-pub fn analyse(wd: &WorkerDeployment, observed: &Observed) -> Option<StepAnalysis> {
+pub fn analyse(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Option<StepAnalysis> {
     let config = wd.spec.rollout.analysis.as_ref()?;
     let counted = observed.target.analysis.as_ref()?;
     let state = &observed.temporal;
     let steps = &wd.spec.rollout.steps;
-    let index = super::step_index(steps, state.ramp_percentage);
-    let step = steps.get(index)?;
-    if counted.since != state.ramp_changed_at {
-        // Counted for another step.
-        return None;
-    }
-    let pause = twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
-    let ended = state
-        .ramp_changed_at
-        .is_none_or(|since| observed.now >= since + pause);
+    let (index, ramp, ended) = if state.current_build_id.as_deref() == Some(target) {
+        // The window after promotion.
+        let (since, end) = super::promoted_window(wd, target, state, observed.now)?;
+        if counted.since != Some(since) {
+            return None;
+        }
+        (steps.len(), 100, observed.now >= end)
+    } else {
+        let index = super::step_index(steps, state.ramp_percentage);
+        let step = steps.get(index)?;
+        if counted.since != state.ramp_changed_at {
+            // Counted for another step.
+            return None;
+        }
+        let pause =
+            twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
+        let ended = state
+            .ramp_changed_at
+            .is_none_or(|since| observed.now >= since + pause);
+        (index, step.ramp_percentage, ended)
+    };
     let enough = counted.closed >= i64::from(config.min_samples.max(1));
     let too_many = counted.failed * 100 > i64::from(config.max_failure_percent) * counted.closed;
     let verdict = match (enough, too_many, ended) {
@@ -119,7 +130,7 @@ pub fn analyse(wd: &WorkerDeployment, observed: &Observed) -> Option<StepAnalysi
     };
     Some(StepAnalysis {
         step: i32::try_from(index).unwrap_or(i32::MAX),
-        ramp_percentage: step.ramp_percentage,
+        ramp_percentage: ramp,
         closed: counted.closed,
         failed: counted.failed,
         verdict: verdict.into(),
@@ -207,7 +218,11 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         new: true,
     };
     let deadline = deadline(wd);
-    let step_analysis = if ramping { analyse(wd, observed) } else { None };
+    let step_analysis = if ramping || current {
+        analyse(wd, target, observed)
+    } else {
+        None
+    };
     let mut analysis: Vec<StepAnalysis> = previous
         .target_version
         .as_ref()
@@ -235,6 +250,20 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
                 controls::ABORT
             ),
         ))
+    } else if let Some(a) = step_analysis.as_ref().filter(|a| a.verdict == "Failed") {
+        let config = wd.spec.rollout.analysis.clone().unwrap_or_default();
+        let when = if current {
+            "after its promotion".to_string()
+        } else {
+            format!("at step {} ({}%)", a.step + 1, a.ramp_percentage)
+        };
+        Some(fail(
+            reason::ANALYSIS_FAILED,
+            format!(
+                "buildID {target} failed its analysis {when}: {} of the {} workflows closed on it since failed, timed out or were terminated (more than {}%)",
+                a.failed, a.closed, config.max_failure_percent
+            ),
+        ))
     } else if current {
         None
     } else if let Some(crash) = troubles
@@ -254,19 +283,6 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
                 } else {
                     format!(": {}", crash.message)
                 }
-            ),
-        ))
-    } else if let Some(a) = step_analysis.as_ref().filter(|a| a.verdict == "Failed") {
-        let config = wd.spec.rollout.analysis.clone().unwrap_or_default();
-        Some(fail(
-            reason::ANALYSIS_FAILED,
-            format!(
-                "buildID {target} failed its analysis at step {} ({}%): {} of the {} workflows closed on it in the step failed, timed out or were terminated (more than {}%)",
-                a.step + 1,
-                a.ramp_percentage,
-                a.failed,
-                a.closed,
-                config.max_failure_percent
             ),
         ))
     } else if let (Some(limit), Some(d), false, false) = (deadline, d, controls.paused, stopped) {

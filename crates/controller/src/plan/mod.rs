@@ -140,6 +140,33 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
     }
 }
 
+/// While current `target` is still judged after its promotion: since when (it became
+/// current) and until when. Counted a little past the window's end, so its last count gives
+/// the verdict.
+pub fn promoted_window(
+    wd: &WorkerDeployment,
+    target: &str,
+    state: &DeploymentState,
+    now: SystemTime,
+) -> Option<(SystemTime, SystemTime)> {
+    let window = wd
+        .spec
+        .rollout
+        .analysis
+        .as_ref()?
+        .after_promotion
+        .as_deref()
+        .and_then(|d| twc_api::duration::parse(d).ok())?;
+    if wd.spec.rollout.strategy == RolloutStrategyKind::Manual
+        || state.current_build_id.as_deref() != Some(target)
+    {
+        return None;
+    }
+    let since = state.routing.current_changed_at?;
+    let end = since + window;
+    (now < end + guard::ANALYSIS_EVERY).then_some((since, end))
+}
+
 /// A gate workflow to start.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GateStart {
@@ -649,6 +676,9 @@ fn roll_back(
         // Manual routing is a person's: only their abort changes it.
         return None;
     }
+    // A current build that failed its analysis after promotion goes back like an abort.
+    let judged = failure.new && failure.reason == twc_api::conditions::ANALYSIS_FAILED;
+    let aborted = aborted || judged;
     if state.ramping_build_id.as_deref() == Some(target) {
         return Some(Routing::ClearRamp);
     }

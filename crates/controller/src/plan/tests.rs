@@ -1668,6 +1668,7 @@ mod guarded {
         wd.spec.rollout.analysis = Some(twc_api::AnalysisConfig {
             max_failure_percent: 20,
             min_samples: 10,
+            after_promotion: None,
         });
         let target = target_of(&wd);
         let wd = targeted(wd, &target, t(0));
@@ -1718,5 +1719,57 @@ mod guarded {
             p.analysis.first().map(|a| a.verdict.as_str()),
             Some("Passed")
         );
+    }
+    #[test]
+    fn a_promoted_build_judged_bad_within_its_window_gives_the_work_back() {
+        let mut wd = wd("AllAtOnce", "w:v2");
+        wd.spec.rollout.analysis = Some(twc_api::AnalysisConfig {
+            max_failure_percent: 20,
+            min_samples: 10,
+            after_promotion: Some("10m".into()),
+        });
+        let target = target_of(&wd);
+        let wd = targeted(wd, &target, t(0));
+        let promoted = |now: SystemTime, closed: i64, failed: i64| {
+            let mut w = world(&wd)
+                .at(now)
+                .deployment("v1", None)
+                .version("v1", VersionStatus::Draining)
+                .last_current("v1", t(0))
+                .deployment(&target, None)
+                .version(&target, VersionStatus::Current)
+                .current(&target);
+            w.temporal().routing.current_changed_at = Some(t(0));
+            let mut o = w.build();
+            o.target.analysis = Some(Counted {
+                since: Some(t(0)),
+                closed,
+                failed,
+            });
+            o
+        };
+        // Healthy in the window: counted again in 30 s.
+        let p = plan(&wd, &conn(), &me(), &promoted(t(60), 20, 1));
+        assert_eq!((p.routing.clone(), p.wake_at), (None, Some(t(90))));
+        assert_eq!(
+            p.analysis.first().map(|a| (a.step, a.ramp_percentage)),
+            Some((0, 100))
+        );
+        // Bad in the window: v1 is current again.
+        let p = plan(&wd, &conn(), &me(), &promoted(t(60), 20, 10));
+        assert_eq!(p.routing, Some(Routing::SetCurrent("v1".into())));
+        let f = p.failure.unwrap_or_else(|| panic!("no failure"));
+        assert!(
+            f.rolled_back && f.message.contains("after its promotion"),
+            "{}",
+            f.message
+        );
+        // The window over: its last count gives the verdict, then it is not judged again.
+        let p = plan(&wd, &conn(), &me(), &promoted(t(600), 20, 1));
+        assert_eq!(
+            p.analysis.first().map(|a| a.verdict.as_str()),
+            Some("Passed")
+        );
+        assert!(promoted_window(&wd, &target, &promoted(t(0), 0, 0).temporal, t(631)).is_none());
     }
 }

@@ -203,8 +203,12 @@ pub async fn read_temporal(
         ctx.reads.take(&temporal.pool_key, priority).await;
     }
     let mut target_observed = target_version(needs, &target, target_build).await?;
-    if needs.analysis {
-        let since = state.ramp_changed_at;
+    let promoted = plan::promoted_window(wd, target_build, &state, SystemTime::now());
+    if needs.analysis || promoted.is_some() {
+        let since = match promoted {
+            Some((since, _)) => Some(since),
+            None => state.ramp_changed_at,
+        };
         let at = since
             .map(crate::connections::auth::rfc3339)
             .unwrap_or_else(|| "1970-01-01T00:00:00Z".into());

@@ -277,6 +277,45 @@ pub async fn a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step(
     );
 }
 
+/// v1 current; AllAtOnce with an analysis for 5 minutes after promotion; v2 fails about half
+/// of its `Work` workflows. Once v2 is current, 20 workflows go to it: v1 is current again
+/// (`AnalysisFailed`, `RolledBack`) and v2 is not promoted again.
+pub async fn an_all_at_once_promotion_failing_its_analysis_is_rolled_back(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-promoted").await;
+    let rollout = json!({
+        "strategy": "AllAtOnce",
+        "analysis": {"maxFailurePercent": 20, "minSamples": 4, "afterPromotion": "5m"}
+    });
+    s.create(s.spec(rollout, &image("v2"))).await;
+    let v1 = s.existing_version(&image("v1"), 1).await;
+    s.misbehave(json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]))
+        .await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    s.connect().await;
+    let v2 = s.target_build_id();
+    s.wait_temporal("v2 current", |st| {
+        st.current_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    let promoted = Instant::now();
+    for n in 0..20u64 {
+        s.start_work(&format!("work-{n}"), n).await;
+    }
+    let message = s.wait_condition(ROLLED_BACK, "True", ANALYSIS_FAILED).await;
+    assert!(message.contains("after its promotion"), "{message}");
+    s.wait_temporal("v1 current again", |st| {
+        st.current_build_id.as_deref() == Some(v1.as_str())
+    })
+    .await;
+    println!(
+        "analysis after promotion: v1 current again {:.1}s after v2's promotion",
+        promoted.elapsed().as_secs_f64()
+    );
+    tokio::time::sleep(crate::harness::SETTLE).await;
+    assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
+}
+
 /// v1 current; v2's pods are ready but never poll: at its 20 s deadline the rollout fails with
 /// `ProgressDeadlineExceeded` saying no worker polled, and v1 stays current. A retry clears
 /// the mark and starts the deadline again, which then fails it again.
