@@ -218,6 +218,12 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         new: true,
     };
     let deadline = deadline(wd);
+    // Crash loops fail a build early only while the current version's workers stay up: when
+    // every version crashes (Temporal or the network is down), the build is not to blame.
+    let others_up = state
+        .current_build_id
+        .as_deref()
+        .is_some_and(|c| c != target && workers_up(&observed.deployments, c));
     let step_analysis = if ramping || current {
         analyse(wd, target, observed)
     } else {
@@ -269,6 +275,7 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
     } else if let Some(crash) = troubles
         .iter()
         .find(|t| t.reason == "CrashLoopBackOff" && t.restarts >= CRASH_LOOP_RESTARTS)
+        .filter(|_| others_up)
     {
         Some(fail(
             reason::WORKERS_CRASH_LOOPING,

@@ -1501,6 +1501,11 @@ mod guarded {
             .unwrap_or_else(|| panic!("no failure"));
         assert_eq!(f.reason, WORKERS_CRASH_LOOPING);
         assert!(f.message.contains("restarted 3 times"), "{}", f.message);
+        // The current version's workers are down too: Temporal or the network, not the build.
+        if let Some(d) = o.deployments.get_mut("v1") {
+            d.ready_replicas = 0;
+        }
+        assert_eq!(plan(&wd, &conn(), &me(), &o).failure, None);
     }
     const CRASH_LOOP: i32 = guard::CRASH_LOOP_RESTARTS;
 
