@@ -4,8 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Patch, PatchParams};
 use serde_json::{Value, json};
 use twc_api::VersionStatus::Ramping;
 use twc_api::conditions::{
@@ -13,7 +12,6 @@ use twc_api::conditions::{
     WORKERS_CRASH_LOOPING,
 };
 use twc_api::controls;
-use twc_testenv::wait_for;
 
 use crate::common::World;
 use crate::harness::{Expect, Scenario, image};
@@ -129,29 +127,36 @@ impl Scenario {
 
     /// Waits for a Normal event with `reason` about the WorkerDeployment.
     async fn wait_normal(&self, reason: &str) -> String {
-        wait_for(
-            &format!("Normal event {reason}"),
-            crate::harness::WAIT,
-            || async {
-                let events = Api::<Event>::namespaced(self.client.clone(), &self.ns)
-                    .list(&ListParams::default())
-                    .await
-                    .map_err(|e| e.to_string())?;
-                events
-                    .items
-                    .iter()
-                    .find(|e| {
-                        e.type_.as_deref() == Some("Normal")
-                            && e.reason.as_deref() == Some(reason)
-                            && e.regarding.as_ref().and_then(|r| r.name.as_deref())
-                                == Some(&self.name)
-                    })
-                    .and_then(|e| e.note.clone())
-                    .ok_or_else(|| "not yet".to_string())
-            },
-        )
-        .await
-        .unwrap_or_else(|e| panic!("{e}"))
+        self.wait_event_about("Normal", "WorkerDeployment", &self.name, reason)
+            .await
+    }
+
+    /// Creates the WorkerDeployment from `spec` (image v2; its worker container run with
+    /// `env`), and an older v1 made current by the test; then connects. Returns (v1, v2).
+    async fn v1_current_then(&mut self, spec: Value, env: Option<Value>) -> (String, String) {
+        self.create(spec).await;
+        let v1 = self.existing_version(&image("v1"), 1).await;
+        if let Some(env) = env {
+            self.misbehave(env).await;
+        }
+        self.wait_registered(&[&v1]).await;
+        self.set_current(&v1).await;
+        self.connect().await;
+        (v1, self.target_build_id())
+    }
+
+    /// After [`SETTLE`](crate::harness::SETTLE), Temporal still routes every new workflow to
+    /// `build` (not ramped or promoted again).
+    async fn stays_on(&self, build: &str) {
+        tokio::time::sleep(crate::harness::SETTLE).await;
+        let st = self.describe().await;
+        assert_eq!(
+            (
+                st.current_build_id.as_deref(),
+                st.ramping_build_id.as_deref()
+            ),
+            (Some(build), None)
+        );
     }
 
     /// The failed version the status records: (build ID, reason, rolled back).
@@ -176,13 +181,9 @@ pub async fn a_crash_looping_ramp_is_rolled_back_before_its_deadline(w: &'static
     let steps = json!({"strategy": "Progressive", "steps": [
         {"rampPercentage": 50, "pauseDuration": "1h"}
     ]});
-    s.create(s.spec(steps, &image("v2"))).await;
-    let v1 = s.existing_version(&image("v1"), 1).await;
-    s.misbehave(env).await;
-    s.wait_registered(&[&v1]).await;
-    s.set_current(&v1).await;
-    s.connect().await;
-    let v2 = s.target_build_id();
+    let (v1, v2) = s
+        .v1_current_then(s.spec(steps, &image("v2")), Some(env))
+        .await;
     s.wait_temporal("v2 ramping", |st| {
         st.ramping_build_id.as_deref() == Some(v2.as_str())
     })
@@ -209,12 +210,7 @@ pub async fn a_crash_looping_ramp_is_rolled_back_before_its_deadline(w: &'static
     s.wait_warning(WORKERS_CRASH_LOOPING).await;
     s.wait_warning(ROLLED_BACK).await;
     // Not ramped again while the controller keeps reconciling.
-    tokio::time::sleep(crate::harness::SETTLE).await;
-    let st = s.describe().await;
-    assert_eq!(
-        (st.current_build_id, st.ramping_build_id),
-        (Some(v1.clone()), None)
-    );
+    s.stays_on(&v1).await;
 }
 
 /// v1 current; v2 fails about half of its `Work` workflows. Progressive at 50 % for 30 s with
@@ -228,14 +224,10 @@ pub async fn a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step(
         "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}],
         "analysis": {"maxFailurePercent": 20, "minSamples": 4}
     });
-    s.create(s.spec(steps, &image("v2"))).await;
-    let v1 = s.existing_version(&image("v1"), 1).await;
-    s.misbehave(json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]))
+    let failing = json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]);
+    let (v1, v2) = s
+        .v1_current_then(s.spec(steps, &image("v2")), Some(failing))
         .await;
-    s.wait_registered(&[&v1]).await;
-    s.set_current(&v1).await;
-    s.connect().await;
-    let v2 = s.target_build_id();
     s.wait_temporal("v2 ramping", |st| {
         st.ramping_build_id.as_deref() == Some(v2.as_str())
     })
@@ -269,12 +261,7 @@ pub async fn a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step(
         "{step:?}"
     );
     s.wait_warning(ANALYSIS_FAILED).await;
-    tokio::time::sleep(crate::harness::SETTLE).await;
-    let st = s.describe().await;
-    assert_eq!(
-        (st.current_build_id, st.ramping_build_id),
-        (Some(v1.clone()), None)
-    );
+    s.stays_on(&v1).await;
 }
 
 /// v1 current; AllAtOnce with an analysis for 5 minutes after promotion; v2 fails about half
@@ -286,14 +273,10 @@ pub async fn an_all_at_once_promotion_failing_its_analysis_is_rolled_back(w: &'s
         "strategy": "AllAtOnce",
         "analysis": {"maxFailurePercent": 20, "minSamples": 4, "afterPromotion": "5m"}
     });
-    s.create(s.spec(rollout, &image("v2"))).await;
-    let v1 = s.existing_version(&image("v1"), 1).await;
-    s.misbehave(json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]))
+    let failing = json!([{"name": "WORKER_FAIL_PERCENT", "value": "50"}]);
+    let (v1, v2) = s
+        .v1_current_then(s.spec(rollout, &image("v2")), Some(failing))
         .await;
-    s.wait_registered(&[&v1]).await;
-    s.set_current(&v1).await;
-    s.connect().await;
-    let v2 = s.target_build_id();
     s.wait_temporal("v2 current", |st| {
         st.current_build_id.as_deref() == Some(v2.as_str())
     })
@@ -312,8 +295,7 @@ pub async fn an_all_at_once_promotion_failing_its_analysis_is_rolled_back(w: &'s
         "analysis after promotion: v1 current again {:.1}s after v2's promotion",
         promoted.elapsed().as_secs_f64()
     );
-    tokio::time::sleep(crate::harness::SETTLE).await;
-    assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
+    s.stays_on(&v1).await;
 }
 
 /// v1 current; v2's pods are ready but never poll: at its 20 s deadline the rollout fails with
@@ -373,12 +355,7 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     let steps = json!({"strategy": "Progressive", "steps": [
         {"rampPercentage": 10, "pauseDuration": "1h"}
     ]});
-    s.create(s.spec(steps, &image("v2"))).await;
-    let v1 = s.existing_version(&image("v1"), 1).await;
-    s.wait_registered(&[&v1]).await;
-    s.set_current(&v1).await;
-    s.connect().await;
-    let v2 = s.target_build_id();
+    let (v1, v2) = s.v1_current_then(s.spec(steps, &image("v2")), None).await;
     s.wait_status(&Expect::target(&v2, Ramping).ramp(10.0).current(&v1))
         .await;
     let ns = s.ns.clone();

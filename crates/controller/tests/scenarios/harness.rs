@@ -732,9 +732,21 @@ impl Scenario {
 
     /// Waits for a Warning event with `reason` about the `kind` object `name` of the namespace.
     pub async fn wait_warning_about(&self, kind: &str, name: &str, reason: &str) -> String {
+        self.wait_event_about("Warning", kind, name, reason).await
+    }
+
+    /// Waits for an event of `type_` (Normal, Warning) with `reason` about the `kind` object
+    /// `name` of the namespace; returns its note.
+    pub async fn wait_event_about(
+        &self,
+        type_: &str,
+        kind: &str,
+        name: &str,
+        reason: &str,
+    ) -> String {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &self.ns);
         wait_for(
-            &format!("{}/{name}: Warning event {reason}", self.ns),
+            &format!("{}/{name}: {type_} event {reason}", self.ns),
             WAIT,
             || {
                 let api = api.clone();
@@ -748,7 +760,7 @@ impl Scenario {
                         .iter()
                         .find(|e| {
                             let regarding = e.regarding.as_ref();
-                            e.type_.as_deref() == Some("Warning")
+                            e.type_.as_deref() == Some(type_)
                                 && e.reason.as_deref() == Some(reason)
                                 && regarding.and_then(|r| r.kind.as_deref()) == Some(kind)
                                 && regarding.and_then(|r| r.name.as_deref()) == Some(name)
