@@ -486,6 +486,9 @@ pub struct StepAnalysis {
     pub closed: i64,
     /// Of those, how many failed, timed out or were terminated.
     pub failed: i64,
+    /// `failed` as a whole percentage of `closed` (0 when nothing closed).
+    #[serde(default)]
+    pub failed_percent: i64,
     /// `Running` (the step goes on), `Passed`, `Failed` or `Inconclusive` (too few closed).
     pub verdict: String,
     /// When it was counted.

@@ -133,6 +133,9 @@ pub fn analyse(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Opti
         ramp_percentage: ramp,
         closed: counted.closed,
         failed: counted.failed,
+        failed_percent: (counted.failed * 100)
+            .checked_div(counted.closed)
+            .unwrap_or(0),
         verdict: verdict.into(),
         checked_at: crate::conditions::time(observed.now),
     })

@@ -138,6 +138,34 @@ fn rollout_notes(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus
             ));
         }
     }
+    // A step's analysis that came to a verdict other than Failed (that one is the failure).
+    let steps = |s: &WorkerDeploymentStatus| {
+        s.target_version
+            .as_ref()
+            .map(|t| (t.base.build_id.clone(), t.analysis.clone()))
+            .unwrap_or_default()
+    };
+    let ((build_before, was), (build, now)) = (steps(before), steps(after));
+    for a in &now {
+        let seen = build_before == build
+            && was
+                .iter()
+                .any(|w| w.step == a.step && w.verdict == a.verdict);
+        let reason = match a.verdict.as_str() {
+            "Passed" => "AnalysisPassed",
+            "Inconclusive" => "AnalysisInconclusive",
+            _ => continue,
+        };
+        if !seen {
+            notes.push(normal(
+                reason,
+                format!(
+                    "buildID {build} at {}%: {} of {} workflows closed on it failed ({}%)",
+                    a.ramp_percentage, a.failed, a.closed, a.failed_percent
+                ),
+            ));
+        }
+    }
     let controls = |s: &WorkerDeploymentStatus| s.controls.clone().unwrap_or_default();
     let (b, a) = (controls(before), controls(after));
     if a.paused != b.paused {
@@ -310,6 +338,69 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn a_failure_a_rollback_a_verdict_and_each_control_are_said_once() {
+        let reasons = |a: &WorkerDeploymentStatus, b: &WorkerDeploymentStatus| {
+            rollout_notes(a, b)
+                .into_iter()
+                .map(|n| (n.type_, n.reason))
+                .collect::<Vec<_>>()
+        };
+        let before = target("v2", VersionStatus::Ramping);
+        let mut failed = before.clone();
+        failed.failed_version = Some(twc_api::FailedVersion {
+            build_id: "v2".into(),
+            reason: "WorkersCrashLooping".into(),
+            message: "m".into(),
+            failed_at: None,
+            rolled_back: true,
+        });
+        assert_eq!(
+            reasons(&before, &failed),
+            vec![
+                (EventType::Warning, "WorkersCrashLooping"),
+                (EventType::Warning, ROLLED_BACK)
+            ]
+        );
+        assert_eq!(reasons(&failed, &failed), vec![]);
+
+        let mut passed = before.clone();
+        if let Some(t) = passed.target_version.as_mut() {
+            t.analysis = vec![twc_api::StepAnalysis {
+                step: 0,
+                ramp_percentage: 10,
+                closed: 20,
+                failed: 1,
+                failed_percent: 5,
+                verdict: "Passed".into(),
+                checked_at: None,
+            }];
+        }
+        assert_eq!(
+            reasons(&before, &passed),
+            vec![(EventType::Normal, "AnalysisPassed")]
+        );
+        assert_eq!(reasons(&passed, &passed), vec![]);
+
+        let mut paused = before.clone();
+        paused.controls = Some(twc_api::RolloutControls {
+            paused: true,
+            retry: Some("r".into()),
+            ..Default::default()
+        });
+        assert_eq!(
+            reasons(&before, &paused),
+            vec![
+                (EventType::Normal, "RolloutPaused"),
+                (EventType::Normal, "RetryRequested")
+            ]
+        );
+        assert_eq!(
+            reasons(&paused, &before),
+            vec![(EventType::Normal, "RolloutResumed")]
+        );
     }
 
     #[test]
