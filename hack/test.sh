@@ -17,7 +17,7 @@ if [ "$#" -eq 0 ]; then
   # The read budget, kept honest (the scale runs are in docs/benchmarks.md): 40 WorkerDeployments
   # roll out twice under a budget of 5 reads per second against a server that refuses more than
   # 8; every rollout completes, no read is refused, and no 10 s holds more than the bucket allows
-  # (5 + 5 per second, plus one second for reads counted when they complete).
+  # (5 + 5 per second, plus one second for the samples' jitter; tokens counted when granted).
   cargo run -q -p twc-loadgen -- --worker-deployments 40 --namespaces 4 --scenario rollout \
     --settle-seconds 5 --server-read-rps 8 \
     --controller-arg=--temporal-read-rps=5 --controller-arg=--temporal-read-burst=5 \

@@ -301,6 +301,23 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
             f.message
         );
     }
+    if let Some(t) = &status.target_version
+        && !t.analysis.is_empty()
+    {
+        let _ = writeln!(o, "Analysis:");
+        for a in &t.analysis {
+            let step = if usize::try_from(a.step).is_ok_and(|s| s >= rollout.steps.len()) {
+                "after promotion".to_string()
+            } else {
+                format!("step {} at {}%", a.step + 1, a.ramp_percentage)
+            };
+            let _ = writeln!(
+                o,
+                "  {step}: {} ({} of {} closed failed, {}%)",
+                a.verdict, a.failed, a.closed, a.failed_percent
+            );
+        }
+    }
     let annotations = wd.annotations();
     let mut held = Vec::new();
     if annotations
@@ -490,7 +507,22 @@ mod tests {
         }
         assert!(table(&[wd.clone()], true, now()).contains("team-a/hello"));
         assert!(table(&[wd.clone()], true, now()).contains("WorkersCrashLooping"));
+        if let Some(t) = wd.status.as_mut().and_then(|s| s.target_version.as_mut()) {
+            t.analysis = vec![twc_api::StepAnalysis {
+                step: 0,
+                ramp_percentage: 10,
+                closed: 12,
+                failed: 6,
+                failed_percent: 50,
+                verdict: "Failed".into(),
+                checked_at: None,
+            }];
+        }
         let text = detail(&wd, &[], now());
+        assert!(
+            text.contains("  step 1 at 10%: Failed (6 of 12 closed failed, 50%)"),
+            "{text}"
+        );
         assert!(
             text.contains(
                 "Failed:    v2-aaaa WorkersCrashLooping, rolled back: the workers keep crashing"

@@ -200,6 +200,9 @@ pub struct Tick {
     pub at: Option<Instant>,
     pub reads: f64,
     pub exhausted: f64,
+    /// Tokens the read budget granted (`twc_temporal_read_budget_wait_seconds_count`),
+    /// counted when granted: what the bucket bounds, whatever the reads' latency.
+    pub granted: f64,
 }
 
 /// The controller's counters every second since the start. The server's own counters cannot
@@ -222,7 +225,7 @@ impl Sampler {
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             // Raw counters last seen, to sum across restarts (a counter that went down was
             // reset by a restart).
-            let (mut last_reads, mut last_exhausted) = (0.0, 0.0);
+            let (mut last_reads, mut last_exhausted, mut last_granted) = (0.0, 0.0, 0.0);
             let mut total = Tick::default();
             loop {
                 tick.tick().await;
@@ -250,10 +253,13 @@ impl Sampler {
                         )
                     })
                     .fold(0.0, |a, b| a + b);
+                let granted =
+                    controller_counter(&text, "twc_temporal_read_budget_wait_seconds_count", &[]);
                 let grew = |now: f64, last: f64| if now >= last { now - last } else { now };
                 total.reads += grew(reads, last_reads);
                 total.exhausted += grew(exhausted, last_exhausted);
-                (last_reads, last_exhausted) = (reads, exhausted);
+                total.granted += grew(granted, last_granted);
+                (last_reads, last_exhausted, last_granted) = (reads, exhausted, granted);
                 total.at = Some(Instant::now());
                 if let Ok(mut v) = ticks.lock() {
                     v.push(total);
@@ -314,16 +320,17 @@ pub fn max_reads_in(ticks: &[Tick], window: usize) -> f64 {
 }
 
 /// The most any window of `window` samples held above what a token bucket of `rate` per
-/// second allows in the time the window really spans, counting one second more for reads
-/// that got their token before the window began and completed (were counted) in it: the
-/// bucket keeps this at or under its burst.
+/// second allows in the time the window really spans: tokens granted, counted when granted
+/// (a read counted when it completes may have had its token seconds before, on a loaded
+/// server), with one second more for when each sample's page was rendered. The bucket keeps
+/// this at or under its burst.
 pub fn max_reads_over_budget(ticks: &[Tick], window: usize, rate: f64) -> f64 {
     ticks
         .windows(window.min(ticks.len().saturating_sub(1)) + 1)
         .filter_map(|w| {
             let (a, b) = (w.first()?, w.last()?);
             let span = b.at?.duration_since(a.at?).as_secs_f64();
-            Some(b.reads - a.reads - rate * (span + 1.0))
+            Some(b.granted - a.granted - rate * (span + 1.0))
         })
         .fold(f64::MIN, f64::max)
 }
