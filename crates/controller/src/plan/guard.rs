@@ -282,18 +282,7 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
     {
         Some(fail(
             reason::WORKERS_CRASH_LOOPING,
-            format!(
-                "the workers of buildID {target} keep crashing: pod {} container {} restarted {} times ({}{})",
-                crash.pod,
-                crash.container,
-                crash.restarts,
-                crash.reason,
-                if crash.message.is_empty() {
-                    String::new()
-                } else {
-                    format!(": {}", crash.message)
-                }
-            ),
+            format!("the workers of buildID {target} keep crashing: {crash}"),
         ))
     } else if let (Some(limit), Some(d), false, false) = (deadline, d, controls.paused, stopped) {
         if ramping {
@@ -363,31 +352,13 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
     }
 }
 
-/// "pod p container c: CrashLoopBackOff (3 restarts): back-off ..."; None without trouble.
+/// The first container's trouble, and how many more; None without trouble.
 fn describe_troubles(troubles: &[PodTrouble]) -> Option<String> {
     let first = troubles.first()?;
-    let more = troubles.len() - 1;
-    Some(format!(
-        "pod {} container {}: {}{}{}{}",
-        first.pod,
-        first.container,
-        first.reason,
-        if first.restarts > 0 {
-            format!(" ({} restarts)", first.restarts)
-        } else {
-            String::new()
-        },
-        if first.message.is_empty() {
-            String::new()
-        } else {
-            format!(": {}", first.message)
-        },
-        if more > 0 {
-            format!(" (and {more} more)")
-        } else {
-            String::new()
-        }
-    ))
+    Some(match troubles.len() - 1 {
+        0 => first.to_string(),
+        more => format!("{first} (and {more} more)"),
+    })
 }
 
 /// The version new workflows go back to when current `target` is aborted: the one current

@@ -70,6 +70,24 @@ pub struct PodTrouble {
     pub restarts: i32,
 }
 
+impl std::fmt::Display for PodTrouble {
+    /// "pod p container c: CrashLoopBackOff (3 restarts): back-off ...".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pod {} container {}: {}",
+            self.pod, self.container, self.reason
+        )?;
+        if self.restarts > 0 {
+            write!(f, " ({} restarts)", self.restarts)?;
+        }
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
 impl Observed {
     /// Nothing observed yet, at `now`.
     pub fn at(now: SystemTime) -> Self {
@@ -581,10 +599,7 @@ pub fn plan_with(
         plan.routing = by_manager(back, identity, state, &mut plan);
         if plan.routing.is_some() {
             failure.rolled_back = true;
-        } else if failure.new
-            && failure.reason == twc_api::conditions::ABORTED
-            && state.current_build_id.as_deref() == Some(target.as_str())
-        {
+        } else if plan.blocked.is_none() && gives_current_back(&failure, state, &target) {
             failure.message.push_str(
                 "; no earlier version with running workers to route new workflows back to, so they stay on it",
             );
@@ -663,7 +678,8 @@ fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
 }
 
 /// The routing that takes new work away from failed `target`: its ramp cleared; an aborted
-/// current version replaced by the one current before it. Under Manual, only an abort.
+/// (or analysis-failed) current version replaced by the one current before it. Under
+/// Manual, only an abort.
 fn roll_back(
     wd: &WorkerDeployment,
     failure: &guard::Failure,
@@ -671,21 +687,30 @@ fn roll_back(
     observed: &Observed,
 ) -> Option<Routing> {
     let state = &observed.temporal;
-    let aborted = failure.new && failure.reason == twc_api::conditions::ABORTED;
-    if wd.spec.rollout.strategy == RolloutStrategyKind::Manual && !aborted {
+    if wd.spec.rollout.strategy == RolloutStrategyKind::Manual
+        && !(failure.new && failure.reason == twc_api::conditions::ABORTED)
+    {
         // Manual routing is a person's: only their abort changes it.
         return None;
     }
-    // A current build that failed its analysis after promotion goes back like an abort.
-    let judged = failure.new && failure.reason == twc_api::conditions::ANALYSIS_FAILED;
-    let aborted = aborted || judged;
     if state.ramping_build_id.as_deref() == Some(target) {
         return Some(Routing::ClearRamp);
     }
-    if aborted && state.current_build_id.as_deref() == Some(target) {
+    if gives_current_back(failure, state, target) {
         return guard::previous_current(observed, target).map(Routing::SetCurrent);
     }
     None
+}
+
+/// Whether failed `target` is current and should give its place back: aborted, or judged
+/// bad by its analysis after promotion, in this reconcile.
+fn gives_current_back(failure: &guard::Failure, state: &DeploymentState, target: &str) -> bool {
+    failure.new
+        && matches!(
+            failure.reason,
+            twc_api::conditions::ABORTED | twc_api::conditions::ANALYSIS_FAILED
+        )
+        && state.current_build_id.as_deref() == Some(target)
 }
 
 /// `change`, unless another manager identity holds the routing (then None, and why).

@@ -1500,7 +1500,11 @@ mod guarded {
             .failure
             .unwrap_or_else(|| panic!("no failure"));
         assert_eq!(f.reason, WORKERS_CRASH_LOOPING);
-        assert!(f.message.contains("restarted 3 times"), "{}", f.message);
+        assert!(
+            f.message.contains("CrashLoopBackOff (3 restarts)"),
+            "{}",
+            f.message
+        );
         // The current version's workers are down too: Temporal or the network, not the build.
         if let Some(d) = o.deployments.get_mut("v1") {
             d.ready_replicas = 0;

@@ -439,7 +439,7 @@ async fn observe_and_plan(
     }
     let priority = reads::priority(remembered.as_ref(), generation);
     let (state, target_observed) =
-        observe::read_temporal(wd, ctx, temporal, &target, priority).await?;
+        observe::read_temporal(wd, ctx, temporal, &target, priority, now).await?;
     metrics::global().state_read(false);
     let pods = std::mem::take(&mut observed.target_pods);
     let mut observed = observe::kubernetes(wd, ctx, now);

@@ -170,13 +170,15 @@ fn troubles(pod: &Pod) -> Vec<PodTrouble> {
 }
 
 /// Reads the worker deployment's state and what the planner needs about `target_build`, each
-/// Worker Deployment read waiting for the namespace's budget at `priority`.
+/// Worker Deployment read waiting for the namespace's budget at `priority`; `now` is the
+/// reconcile's (the planner judges the analysis window with the same clock).
 pub async fn read_temporal(
     wd: &WorkerDeployment,
     ctx: &Context,
     temporal: &Temporal,
     target_build: &str,
     priority: Priority,
+    now: SystemTime,
 ) -> Result<(DeploymentState, TargetObserved)> {
     // The version only names the server in messages: what decides is whether its Worker
     // Deployment calls answer `Unimplemented` (a managed service may report a version that
@@ -203,7 +205,7 @@ pub async fn read_temporal(
         ctx.reads.take(&temporal.pool_key, priority).await;
     }
     let mut target_observed = target_version(needs, &target, target_build).await?;
-    let promoted = plan::promoted_window(wd, target_build, &state, SystemTime::now());
+    let promoted = plan::promoted_window(wd, target_build, &state, now);
     if needs.analysis || promoted.is_some() {
         let since = match promoted {
             Some((since, _)) => Some(since),
