@@ -5,10 +5,13 @@
 //! `GateWorkflowFailed` event of a failed gate, and, in Temporal, that the gate run was pinned
 //! to the target build and completed on its workers (not on the current version's).
 //!
-//! Where TWC expects an unpromoted gated target to stay Inactive, it is Drained here: TWC's
-//! test server turns `history.enableVersionReactivationSignals` off, while by default the
+//! Where TWC expects an unpromoted gated target to stay Inactive, it is usually Drained here:
+//! TWC's test server turns `history.enableVersionReactivationSignals` off, while by default the
 //! server reactivates a version when a pinned workflow starts on it (Draining), and reports it
-//! Drained once the gate run ended. The controller reports Temporal's status as it is.
+//! Drained once the gate run ended. The signal is not certain: on a loaded server a run that
+//! starts and fails at once can leave the version Inactive for good (seen in CI). Both mean the
+//! same to a user (no new work goes to it), so either is accepted; the controller reports
+//! Temporal's status as it is.
 
 use std::time::{Duration, SystemTime};
 
@@ -26,7 +29,7 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
     DescribeWorkerDeploymentRequest, DescribeWorkflowExecutionRequest,
     GetWorkflowExecutionHistoryRequest,
 };
-use twc_api::VersionStatus::{self, Current, Drained, Ramping};
+use twc_api::VersionStatus::{Current, Drained, Inactive, Ramping};
 use twc_api::{TaskQueue, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 use twc_controller::temporal::gates::gate_workflow_id;
 use twc_testenv::{TemporalOptions, TemporalServer, wait_for};
@@ -60,8 +63,10 @@ async fn poller_ttl_server() -> &'static TemporalServer {
         .await
 }
 
-/// An unpromoted target after its gate run ended (see the module doc).
-const GATED_UNPROMOTED: VersionStatus = Drained;
+/// An unpromoted target after its gate run ended: Drained, or Inactive (see the module doc).
+fn gated_unpromoted(build: &str) -> Expect {
+    Expect::target(build, Drained).or_status(Inactive)
+}
 
 /// `rollout` with a gate running `workflow_type`.
 fn gated(mut rollout: Value, workflow_type: &str) -> Value {
@@ -359,7 +364,7 @@ pub async fn manual_rollout_with_failed_gate_expect_no_current(w: &'static World
     let mut spec = s.gated_spec(manual(), FAIL);
     spec["replicas"] = json!(2);
     let target = s.start(spec).await;
-    let expect = Expect::target(&target, GATED_UNPROMOTED);
+    let expect = gated_unpromoted(&target);
     s.wait_status(&expect).await;
     s.wait_replicas(&target, 2).await;
     s.assert_failed_gate(&target, &expect).await;
@@ -369,7 +374,7 @@ pub async fn manual_rollout_with_failed_gate_expect_no_current(w: &'static World
 pub async fn manual_rollout_with_success_gate_expect_no_current(w: &'static World) {
     let mut s = Scenario::new(w, "manual-success-gate").await;
     let target = s.start(s.gated_spec(manual(), PASS)).await;
-    let expect = Expect::target(&target, GATED_UNPROMOTED);
+    let expect = gated_unpromoted(&target);
     s.wait_status(&expect).await;
     assert_passed_gate(&s, &target).await;
     s.settle(&expect).await;
@@ -392,7 +397,7 @@ pub async fn all_at_once_with_success_gate_expect_current(w: &'static World) {
 pub async fn all_at_once_rollout_with_failed_gate_expect_no_current(w: &'static World) {
     let mut s = Scenario::new(w, "aao-failed-gate").await;
     let (v0, target) = s.start_over_v0(s.gated_spec(all_at_once(), FAIL)).await;
-    let expect = Expect::target(&target, GATED_UNPROMOTED).current(&v0);
+    let expect = gated_unpromoted(&target).current(&v0);
     s.wait_status(&expect).await;
     s.assert_failed_gate(&target, &expect).await;
 }
@@ -461,7 +466,7 @@ pub async fn progressive_rollout_with_failed_gate(w: &'static World) {
     let (v0, target) = s
         .start_over_v0(s.gated_spec(progressive(5, "1h"), FAIL))
         .await;
-    let expect = Expect::target(&target, GATED_UNPROMOTED).current(&v0);
+    let expect = gated_unpromoted(&target).current(&v0);
     s.wait_status(&expect).await;
     s.assert_failed_gate(&target, &expect).await;
 }

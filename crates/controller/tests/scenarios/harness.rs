@@ -809,6 +809,8 @@ pub async fn capped_server() -> &'static TemporalServer {
 #[derive(Clone, Debug)]
 pub struct Expect {
     pub target: (String, VersionStatus, Option<f32>),
+    /// Other statuses the target may have instead (Temporal decides between them).
+    pub target_or: Vec<VersionStatus>,
     pub current: Option<String>,
     pub deprecated: Vec<(String, VersionStatus)>,
 }
@@ -817,9 +819,16 @@ impl Expect {
     pub fn target(build: &str, status: VersionStatus) -> Self {
         Self {
             target: (build.to_string(), status, None),
+            target_or: Vec::new(),
             current: None,
             deprecated: Vec::new(),
         }
+    }
+
+    /// The target may have `status` instead.
+    pub fn or_status(mut self, status: VersionStatus) -> Self {
+        self.target_or.push(status);
+        self
     }
 
     pub fn ramp(mut self, pct: f32) -> Self {
@@ -844,10 +853,12 @@ impl Expect {
             return Some("no targetVersion".into());
         };
         let (build, status, ramp) = &self.target;
-        if t.base.build_id != *build || t.base.status != *status {
+        if t.base.build_id != *build
+            || (t.base.status != *status && !self.target_or.contains(&t.base.status))
+        {
             return Some(format!(
-                "target {} {:?}, expected {build} {status:?}",
-                t.base.build_id, t.base.status
+                "target {} {:?}, expected {build} {status:?} (or {:?})",
+                t.base.build_id, t.base.status, self.target_or
             ));
         }
         if *status != VersionStatus::NotRegistered && t.base.deployment.is_none() {
