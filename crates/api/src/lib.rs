@@ -90,6 +90,8 @@ pub mod conditions {
     pub const WORKERS_CRASH_LOOPING: &str = "WorkersCrashLooping";
     pub const ANALYSIS_FAILED: &str = "AnalysisFailed";
     pub const ABORTED: &str = "Aborted";
+    /// A ramp step's gate workflow (`steps[].gate`) did not complete.
+    pub const STEP_GATE_FAILED: &str = "StepGateFailed";
     /// `RolledBack=False`: the target is not (or no longer) rolled back.
     pub const NOT_ROLLED_BACK: &str = "NotRolledBack";
     /// `Progressing=False` while `temporal.io/rollout-paused` holds routing.

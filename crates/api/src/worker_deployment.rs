@@ -289,7 +289,9 @@ fn default_min_samples() -> i32 {
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("duration(self.pauseDuration) >= duration('30s')")
-        .message("pause duration must be at least 30s")
+        .message("pause duration must be at least 30s"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
+        .message("exactly one of configMapKeyRef or secretKeyRef must be set")
 )]
 pub struct RolloutStep {
     /// Percentage of new workflow executions routed to the new version during this step,
@@ -300,6 +302,15 @@ pub struct RolloutStep {
     /// How long to stay at this step before the next one, as a duration such as `30s`, `5m`
     /// or `1h`; at least 30s.
     pub pause_duration: String,
+
+    /// Not in TWC: a workflow that must complete on the new version, pinned to it, before
+    /// the rollout moves on from this step. It starts when the step begins, once on each of
+    /// the version's workflow task queues, so it sees the traffic of the step; the step lasts
+    /// until both its pause is over and the gate completed. A gate that fails, times out or
+    /// is terminated takes new work away from the version at once (reason `StepGateFailed`)
+    /// and marks it failed; after a retry, it runs again under a new workflow ID.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gate: Option<GateWorkflowConfig>,
 }
 
 /// A gate workflow.
@@ -660,18 +671,27 @@ impl WorkerDeploymentSpec {
             }
             Err(e) => err("spec.template", e.to_string()),
         }
-        if let Some(gate) = &self.rollout.gate {
+        let step_gates = self.rollout.steps.iter().enumerate().filter_map(|(i, s)| {
+            s.gate
+                .as_ref()
+                .map(|g| (format!("spec.rollout.steps[{i}].gate"), g))
+        });
+        let gates = self
+            .rollout
+            .gate
+            .as_ref()
+            .map(|g| ("spec.rollout.gate".to_string(), g))
+            .into_iter()
+            .chain(step_gates);
+        for (field, gate) in gates {
             if gate.input.is_some() && gate.input_from.is_some() {
-                err(
-                    "spec.rollout.gate",
-                    "only one of input or inputFrom may be set".into(),
-                );
+                err(&field, "only one of input or inputFrom may be set".into());
             }
             if let Some(from) = &gate.input_from
                 && from.config_map_key_ref.is_some() == from.secret_key_ref.is_some()
             {
                 err(
-                    "spec.rollout.gate.inputFrom",
+                    &format!("{field}.inputFrom"),
                     "exactly one of configMapKeyRef or secretKeyRef must be set".into(),
                 );
             }
@@ -763,6 +783,7 @@ mod tests {
         RolloutStep {
             ramp_percentage: ramp,
             pause_duration: pause.into(),
+            gate: None,
         }
     }
 
@@ -806,6 +827,14 @@ mod tests {
             errors[0].message,
             "only one of input or inputFrom may be set"
         );
+        // A ramp step's gate is checked the same way, and named by its step.
+        let gate = s.rollout.gate.take();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![step(10, "1m"), step(50, "1m")];
+        s.rollout.steps[1].gate = gate;
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.rollout.steps[1].gate");
     }
 
     #[test]

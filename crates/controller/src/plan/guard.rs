@@ -1,5 +1,6 @@
 //! The rollout's guard: when a target build has failed (its progress deadline passed, its
-//! workers crash-loop, its analysis found too many failed workflows, a person aborted it), the rollout controls a person set
+//! workers crash-loop, its analysis found too many failed workflows, a ramp step's gate did
+//! not complete, a person aborted it), the rollout controls a person set
 //! (pause, promote, abort, retry), and since when the target is the target. Pure: read from
 //! the WorkerDeployment (its annotations and last status) and what was observed.
 //!
@@ -146,6 +147,7 @@ pub fn failure_reason(reason: &str) -> &'static str {
         reason::WORKERS_CRASH_LOOPING => reason::WORKERS_CRASH_LOOPING,
         reason::ABORTED => reason::ABORTED,
         reason::ANALYSIS_FAILED => reason::ANALYSIS_FAILED,
+        reason::STEP_GATE_FAILED => reason::STEP_GATE_FAILED,
         _ => reason::PROGRESS_DEADLINE_EXCEEDED,
     }
 }
@@ -159,8 +161,9 @@ pub fn deadline(wd: &WorkerDeployment) -> Option<Duration> {
         .map(Duration::from_secs)
 }
 
-/// Assesses target `target` of `wd`. A failed gate is not a failure here: as in TWC, it holds
-/// the build back before any work reaches it (see the planner's gate verdict).
+/// Assesses target `target` of `wd`. A failed gate before traffic (`rollout.gate`) is not a
+/// failure here: as in TWC, it holds the build back before any work reaches it (see the
+/// planner's gate verdict). A failed ramp step's gate is: work reached the build.
 pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard {
     let now = observed.now;
     let controls = controls(wd);
@@ -272,6 +275,11 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
                 "buildID {target} failed its analysis {when}: {} of the {} workflows closed on it since failed, timed out or were terminated (more than {}%)",
                 a.failed, a.closed, config.max_failure_percent
             ),
+        ))
+    } else if let Some(why) = super::failed_step_gate(wd, target, observed) {
+        Some(fail(
+            reason::STEP_GATE_FAILED,
+            format!("buildID {target} failed a ramp step's gate: {why}"),
         ))
     } else if current {
         None

@@ -18,7 +18,7 @@ use twc_api::{
 
 use crate::config::{Identity, Limits, Manager};
 use crate::temporal::DeploymentState;
-use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
+use crate::temporal::gates::{TaskQueueRef, gate_workflow_id, step_gate_workflow_id};
 
 /// A versioned Deployment as observed in the watch cache.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -115,6 +115,16 @@ pub struct TargetObserved {
     /// The workflows closed on the target since its ramp step began, when it ramps with an
     /// analysis configured.
     pub analysis: Option<Counted>,
+    /// The gate runs of the ramp step the target is at, when that step has a gate.
+    pub step_gates: Option<StepGates>,
+}
+
+/// The gate runs of one ramp step, one per workflow task queue once started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepGates {
+    /// The step, counted from 0.
+    pub step: usize,
+    pub runs: Vec<WorkflowExecution>,
 }
 
 /// Workflows closed on a build since a time, as visibility counts them.
@@ -133,6 +143,9 @@ pub struct Needs {
     pub unversioned_pollers: bool,
     /// Count the workflows closed on the ramping target since its step began.
     pub analysis: bool,
+    /// Read the gate runs of this ramp step (counted from 0): the target ramps at a step
+    /// that has a gate.
+    pub step_gate: Option<usize>,
 }
 
 /// What to read about `target` before planning: its task queues while it is registered and
@@ -144,7 +157,13 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
     let status = status_of(state, target);
     let pending =
         status != VersionStatus::NotRegistered && state.current_build_id.as_deref() != Some(target);
+    let steps = &wd.spec.rollout.steps;
+    let ramping = pending
+        && state.ramping_build_id.as_deref() == Some(target)
+        && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive;
+    let step = step_index(steps, state.ramp_percentage);
     Needs {
+        step_gate: (ramping && steps.get(step).is_some_and(|s| s.gate.is_some())).then_some(step),
         task_queues: pending,
         gates: pending && wd.spec.rollout.gate.is_some(),
         unversioned_pollers: pending
@@ -190,6 +209,31 @@ pub fn promoted_window(
 pub struct GateStart {
     pub workflow_id: String,
     pub task_queue: String,
+    /// The ramp step whose gate it is (`steps[step].gate`); None for the gate before any
+    /// traffic (`rollout.gate`).
+    pub step: Option<usize>,
+}
+
+/// The `temporal.io/retry` value set on `wd`, if any: it names the step gates' runs, so that
+/// a retry runs them again.
+pub fn retry_token(wd: &WorkerDeployment) -> Option<String> {
+    wd.annotations()
+        .get(twc_api::controls::RETRY)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
+/// The workflow ID of `target`'s gate of ramp step `step` on `task_queue`.
+pub fn step_gate_id(wd: &WorkerDeployment, target: &str, task_queue: &str, step: usize) -> String {
+    let deployment_name =
+        build_id::temporal_deployment_name(&wd.namespace().unwrap_or_default(), &wd.name_any());
+    step_gate_workflow_id(
+        &deployment_name,
+        target,
+        task_queue,
+        step,
+        retry_token(wd).as_deref(),
+    )
 }
 
 /// A change to Temporal's routing.
@@ -242,6 +286,9 @@ pub struct Plan {
     pub controls: twc_api::RolloutControls,
     /// The target's analysis per ramp step (recorded in the status).
     pub analysis: Vec<twc_api::StepAnalysis>,
+    /// The ramp step's gate the rollout waits for, for people ("step 2's gate workflow ...
+    /// is running"); its runs are read at the fast pace.
+    pub step_gate: Option<String>,
 }
 
 impl Plan {
@@ -657,6 +704,7 @@ fn gate_starts(
         .map(|q| GateStart {
             workflow_id: gate_workflow_id(&deployment_name, target, &q.name),
             task_queue: q.name.clone(),
+            step: None,
         })
         .collect()
 }
@@ -785,11 +833,11 @@ fn routing(
             (RolloutStrategyKind::Progressive, false)
                 if state.ramping_build_id.as_deref() == Some(target) =>
             {
-                progressive(wd, target, state, now, plan)
+                progressive(wd, target, observed, now, plan)
             }
             (RolloutStrategyKind::Progressive, false) => {
                 match observed.target.unversioned_pollers {
-                    Some(true) => progressive(wd, target, state, now, plan),
+                    Some(true) => progressive(wd, target, observed, now, plan),
                     Some(false) => Some(Routing::SetCurrent(target.to_string())),
                     None => None,
                 }
@@ -797,7 +845,9 @@ fn routing(
             (_, false) | (RolloutStrategyKind::AllAtOnce, true) => {
                 Some(Routing::SetCurrent(target.to_string()))
             }
-            (RolloutStrategyKind::Progressive, true) => progressive(wd, target, state, now, plan),
+            (RolloutStrategyKind::Progressive, true) => {
+                progressive(wd, target, observed, now, plan)
+            }
             (RolloutStrategyKind::Manual, true) => None,
         }
     }
@@ -861,13 +911,117 @@ pub fn step_index(steps: &[twc_api::RolloutStep], ramp: f32) -> usize {
         .unwrap_or(0)
 }
 
+/// A ramp step's gate, as observed.
+enum StepGate {
+    Passed,
+    /// A run ended without success.
+    Failed,
+    /// Runs to start, and what runs (for people).
+    Pending {
+        start: Vec<GateStart>,
+        running: String,
+    },
+}
+
+fn step_gate_verdict(
+    wd: &WorkerDeployment,
+    target: &str,
+    step: usize,
+    observed: &Observed,
+) -> StepGate {
+    let queues: Vec<&TaskQueueRef> = observed
+        .target
+        .task_queues
+        .iter()
+        .filter(|q| q.workflow)
+        .collect();
+    let runs: &[WorkflowExecution] = match &observed.target.step_gates {
+        Some(g) if g.step == step => &g.runs,
+        _ => &[],
+    };
+    if queues.is_empty() {
+        return StepGate::Pending {
+            start: Vec::new(),
+            running: "waits for the version's task queues".into(),
+        };
+    }
+    let mut start = Vec::new();
+    let mut running = Vec::new();
+    for q in queues {
+        let id = step_gate_id(wd, target, &q.name, step);
+        match runs.iter().find(|r| r.workflow_id == id) {
+            Some(r) => match r.status {
+                WorkflowExecutionStatus::Completed => {}
+                WorkflowExecutionStatus::Running => running.push(id),
+                _ => return StepGate::Failed,
+            },
+            None => start.push(GateStart {
+                workflow_id: id,
+                task_queue: q.name.clone(),
+                step: Some(step),
+            }),
+        }
+    }
+    if start.is_empty() && running.is_empty() {
+        return StepGate::Passed;
+    }
+    let running = if running.is_empty() {
+        "is starting".to_string()
+    } else {
+        format!("runs ({})", running.join(", "))
+    };
+    StepGate::Pending { start, running }
+}
+
+/// The first run of `target`'s current step gate that ended without success: "gate workflow
+/// ID of step 2 (20%) on task queue q ended Failed". None while the target does not ramp at a
+/// step whose gate ended so.
+pub fn failed_step_gate(
+    wd: &WorkerDeployment,
+    target: &str,
+    observed: &Observed,
+) -> Option<String> {
+    let state = &observed.temporal;
+    if state.ramping_build_id.as_deref() != Some(target) {
+        return None;
+    }
+    let steps = &wd.spec.rollout.steps;
+    let gates = observed.target.step_gates.as_ref()?;
+    let step = steps.get(gates.step)?;
+    step.gate.as_ref()?;
+    if gates.step != step_index(steps, state.ramp_percentage) {
+        return None;
+    }
+    gates
+        .runs
+        .iter()
+        .find(|r| {
+            !matches!(
+                r.status,
+                WorkflowExecutionStatus::Completed | WorkflowExecutionStatus::Running
+            ) && r.workflow_id == step_gate_id(wd, target, &r.task_queue, gates.step)
+        })
+        .map(|r| {
+            format!(
+                "gate workflow {} (run {}) of step {} ({}%) on task queue {} ended {:?}",
+                r.workflow_id,
+                r.run_id,
+                gates.step + 1,
+                step.ramp_percentage,
+                r.task_queue,
+                r.status
+            )
+        })
+}
+
 fn progressive(
     wd: &WorkerDeployment,
     target: &str,
-    state: &DeploymentState,
+    observed: &Observed,
     now: SystemTime,
     plan: &mut Plan,
 ) -> Option<Routing> {
+    let state = &observed.temporal;
     let steps = &wd.spec.rollout.steps;
     let first = steps.first()?;
     let ramping_target = state.ramping_build_id.as_deref() == Some(target);
@@ -888,8 +1042,28 @@ fn progressive(
     }
     let pause = twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
     let since = state.ramp_changed_at.unwrap_or(now);
-    if now.duration_since(since).unwrap_or_default() < pause {
+    let paused = now.duration_since(since).unwrap_or_default() < pause;
+    if paused {
         plan.wake(since + pause);
+    }
+    if step.gate.is_some() {
+        // The step ends once its gate completed too; a failed one is the guard's.
+        match step_gate_verdict(wd, target, index, observed) {
+            StepGate::Passed => {}
+            StepGate::Failed => return None,
+            StepGate::Pending { start, running } => {
+                plan.start_gates.extend(start);
+                plan.step_gate = Some(format!(
+                    "the gate of step {} ({}%) {}",
+                    index + 1,
+                    step.ramp_percentage,
+                    running
+                ));
+                return None;
+            }
+        }
+    }
+    if paused {
         return None;
     }
     match steps.get(index + 1) {

@@ -5,7 +5,8 @@
 //!   read again at the fast poll (the next change is seconds away);
 //! - while the target's workers are not up: nothing in Temporal can move for it, so no read
 //!   until its Deployment changes (the watch wakes the reconcile);
-//! - during a ramp step: no read until the step ends (its end is known);
+//! - during a ramp step: no read until the step ends (its end is known), unless the step's
+//!   gate runs (read at the fast poll: it may end, or fail, any moment);
 //! - while older versions drain: read at the pace Temporal refreshes drainage
 //!   ([`Intervals::drainage`]), not at the fast poll;
 //! - a failed target, or a paused rollout: at the drainage pace (a person acts next);
@@ -90,6 +91,8 @@ pub fn pace(
             _ if wd.spec.rollout.strategy == RolloutStrategyKind::Manual => {
                 by(now + intervals.drainage)
             }
+            // A ramp step's gate runs: its end (or failure) comes any moment.
+            _ if ramping && plan.step_gate.is_some() => return fast,
             // In a ramp step: nothing to do before it ends.
             _ if ramping && plan.wake_at.is_some() => {}
             // A gate running, a first rollout asking about unversioned pollers, ...

@@ -1781,4 +1781,106 @@ mod guarded {
         );
         assert!(promoted_window(&wd, &target, &promoted(t(0), 0, 0).temporal, t(631)).is_none());
     }
+    #[test]
+    fn a_step_gate_holds_its_step_until_it_completes_and_a_failed_one_rolls_back() {
+        let mut wd = wd("Progressive", "w:v2");
+        wd.spec.rollout.steps[0].gate = Some(twc_api::GateWorkflowConfig {
+            workflow_type: "Check".into(),
+            ..Default::default()
+        });
+        let target = target_of(&wd);
+        let wd = targeted(wd, &target, t(0));
+        let ramping = |now: SystemTime, run: Option<WorkflowExecutionStatus>| {
+            let mut o = world(&wd)
+                .at(now)
+                .deployment("v1", None)
+                .version("v1", VersionStatus::Current)
+                .current("v1")
+                .deployment(&target, None)
+                .version(&target, VersionStatus::Ramping)
+                .ramping(&target)
+                .ramp(10.0, t(0))
+                .task_queues(vec![workflow_queue("q"), activity_queue("a")])
+                .build();
+            o.target.step_gates = Some(StepGates {
+                step: 0,
+                runs: run
+                    .into_iter()
+                    .map(|status| WorkflowExecution {
+                        workflow_id: step_gate_id(&wd, &target, "q", 0),
+                        run_id: "r1".into(),
+                        status,
+                        task_queue: "q".into(),
+                    })
+                    .collect(),
+            });
+            o
+        };
+        assert_eq!(
+            needs(&wd, &target, &ramping(t(1), None).temporal).step_gate,
+            Some(0)
+        );
+        // The step began: its gate starts on the workflow queue only, pinned to the target.
+        let p = plan(&wd, &conn(), &me(), &ramping(t(1), None));
+        assert_eq!(
+            p.start_gates,
+            vec![GateStart {
+                workflow_id: "test-ns/w:".to_string() + &target + "-q-step1",
+                task_queue: "q".into(),
+                step: Some(0),
+            }]
+        );
+        assert_eq!(p.routing, None);
+        // Running past the pause: the step waits for it, read at the fast pace.
+        let o = ramping(t(61), Some(WorkflowExecutionStatus::Running));
+        let p = plan(&wd, &conn(), &me(), &o);
+        assert_eq!((p.routing.clone(), p.start_gates.len()), (None, 0));
+        assert!(
+            p.step_gate
+                .as_deref()
+                .is_some_and(|g| g.contains("step 1 (10%) runs")),
+            "{:?}",
+            p.step_gate
+        );
+        assert_eq!(paced(&wd, &o, &p).requeue, Duration::from_secs(2));
+        // Completed: the step ends at its pause, not before.
+        let p = plan(
+            &wd,
+            &conn(),
+            &me(),
+            &ramping(t(30), Some(WorkflowExecutionStatus::Completed)),
+        );
+        assert_eq!((p.routing, p.wake_at), (None, Some(t(60))));
+        let p = plan(
+            &wd,
+            &conn(),
+            &me(),
+            &ramping(t(61), Some(WorkflowExecutionStatus::Completed)),
+        );
+        assert_eq!(p.routing, Some(Routing::SetRamp(target.clone(), 50.0)));
+        // Failed: new work is taken away at once, and the build is marked.
+        let p = plan(
+            &wd,
+            &conn(),
+            &me(),
+            &ramping(t(20), Some(WorkflowExecutionStatus::Failed)),
+        );
+        assert_eq!(p.routing, Some(Routing::ClearRamp));
+        let f = p.failure.unwrap_or_else(|| panic!("no failure"));
+        assert_eq!(f.reason, twc_api::conditions::STEP_GATE_FAILED);
+        assert!(
+            f.rolled_back
+                && f.message
+                    .contains("of step 1 (10%) on task queue q ended Failed"),
+            "{}",
+            f.message
+        );
+        // After a retry the gate has a new workflow ID, so it runs again.
+        let retried = annotated(wd.clone(), RETRY, "1");
+        let again = step_gate_id(&retried, &target, "q", 0);
+        assert!(
+            again.starts_with(&step_gate_id(&wd, &target, "q", 0)) && again.contains("-retry-"),
+            "{again}"
+        );
+    }
 }

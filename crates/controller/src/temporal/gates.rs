@@ -41,6 +41,32 @@ pub fn gate_workflow_id(deployment_name: &str, build_id: &str, task_queue: &str)
     format!("test-{deployment_name}:{build_id}-{task_queue}")
 }
 
+/// The workflow ID of ramp step `step`'s gate (counted from 0, named from 1) for a version and
+/// task queue. After a retry (`retry`, the `temporal.io/retry` value), a new ID, so the gate
+/// runs again.
+pub fn step_gate_workflow_id(
+    deployment_name: &str,
+    build_id: &str,
+    task_queue: &str,
+    step: usize,
+    retry: Option<&str>,
+) -> String {
+    let base = format!(
+        "{}-step{}",
+        gate_workflow_id(deployment_name, build_id, task_queue),
+        step + 1
+    );
+    match retry {
+        None => base,
+        Some(r) => {
+            use sha2::{Digest, Sha256};
+            let digest = Sha256::digest(r.as_bytes());
+            let short: String = digest.iter().take(4).map(|b| format!("{b:02x}")).collect();
+            format!("{base}-retry-{short}")
+        }
+    }
+}
+
 fn status_of(code: i32) -> WorkflowExecutionStatus {
     match PbStatus::try_from(code).unwrap_or(PbStatus::Unspecified) {
         PbStatus::Completed => WorkflowExecutionStatus::Completed,

@@ -38,13 +38,15 @@ fn warning(reason: &'static str, note: String) -> Note {
 
 /// One event per write that went through, in the order they were made.
 pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec<Note> {
-    let gate_type = wd
-        .spec
-        .rollout
-        .gate
-        .as_ref()
-        .map(|g| g.workflow_type.as_str())
-        .unwrap_or_default();
+    let gate_type = |step: &Option<usize>| {
+        let of_step = step
+            .map(|i| format!(" of step {}", i + 1))
+            .unwrap_or_default();
+        let name = super::observe::gate_config(wd, *step)
+            .map(|g| g.workflow_type.as_str())
+            .unwrap_or_default();
+        format!("{name}{of_step}")
+    };
     applied
         .done
         .iter()
@@ -70,20 +72,24 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 "DeploymentDeleted",
                 format!("deleted Deployment {deployment}"),
             )),
-            Done::GateStarted(run) => Some(normal(
+            Done::GateStarted { run, step } => Some(normal(
                 "GateWorkflowStarted",
                 format!(
-                    "started gate workflow {gate_type} ({}) on task queue {} pinned to buildID {target}",
-                    run.workflow_id, run.task_queue
+                    "started gate workflow {} ({}) on task queue {} pinned to buildID {target}",
+                    gate_type(step),
+                    run.workflow_id,
+                    run.task_queue
                 ),
             )),
             Done::GateStartFailed {
                 task_queue,
                 message,
+                step,
             } => Some(warning(
                 "TestWorkflowStartFailed",
                 format!(
-                    "cannot start gate workflow {gate_type} on task queue {task_queue}: {message}"
+                    "cannot start gate workflow {} on task queue {task_queue}: {message}",
+                    gate_type(step)
                 ),
             )),
             Done::DeletedVersion { build } => Some(normal(
@@ -98,9 +104,10 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 "RampChanged",
                 format!("buildID {build} ramps at {percentage}%"),
             )),
-            Done::Applied { .. } | Done::Scaled { .. } | Done::ClaimedManager | Done::RampCleared => {
-                None
-            }
+            Done::Applied { .. }
+            | Done::Scaled { .. }
+            | Done::ClaimedManager
+            | Done::RampCleared => None,
         })
         .collect()
 }
@@ -473,6 +480,7 @@ mod tests {
                 Done::GateStartFailed {
                     task_queue: "q".into(),
                     message: "no".into(),
+                    step: None,
                 },
                 Done::ClaimedManager,
                 Done::Promoted { build: "v2".into() },

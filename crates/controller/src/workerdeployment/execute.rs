@@ -3,6 +3,8 @@
 //! was done as an [`Applied`] record, also when a write fails part way, and never changes what
 //! was observed: the status and the events are computed from the record.
 
+use std::collections::BTreeMap;
+
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
@@ -39,10 +41,15 @@ pub enum Done {
     DeletedDeployment {
         deployment: String,
     },
-    GateStarted(WorkflowExecution),
+    /// A gate run started; `step` is its ramp step (None: the gate before traffic).
+    GateStarted {
+        run: WorkflowExecution,
+        step: Option<usize>,
+    },
     GateStartFailed {
         task_queue: String,
         message: String,
+        step: Option<usize>,
     },
     DeletedVersion {
         build: String,
@@ -74,8 +81,9 @@ pub struct Inputs<'a> {
     pub conn: &'a ConnectionSpec,
     pub plan: &'a Plan,
     pub observed: &'a Observed,
-    /// What was read for the gate runs the plan starts.
-    pub gate_input: Result<Option<GateInput>>,
+    /// What was read for the gate runs the plan starts: each gate's input, by step (None:
+    /// the gate before traffic).
+    pub gate_input: Result<BTreeMap<Option<usize>, GateInput>>,
 }
 
 /// Carries out the plan; what went through is recorded even when a write fails.
@@ -174,7 +182,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
     }
     // The gate's input was read before execution; unreadable, it stops here (the target's
     // routing waits for its gate anyway).
-    start_gates(wd, &temporal, plan, gate_input?.as_ref(), applied).await;
+    start_gates(wd, &temporal, plan, &gate_input?, applied).await;
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
         // other refusal just means "later".
@@ -265,14 +273,15 @@ async fn start_gates(
     wd: &WorkerDeployment,
     temporal: &WorkerDeploymentRef<'_>,
     plan: &Plan,
-    input: Option<&GateInput>,
+    inputs: &BTreeMap<Option<usize>, GateInput>,
     applied: &mut Applied,
 ) {
-    let Some(gate) = &wd.spec.rollout.gate else {
-        return;
-    };
     let build = &plan.target_build_id;
     for start in &plan.start_gates {
+        let Some(gate) = super::observe::gate_config(wd, start.step) else {
+            continue;
+        };
+        let input = inputs.get(&start.step);
         match input {
             Some(GateInput {
                 bytes,
@@ -308,15 +317,19 @@ async fn start_gates(
             )
             .await;
         applied.done.push(match started {
-            Ok(run_id) => Done::GateStarted(WorkflowExecution {
-                workflow_id: start.workflow_id.clone(),
-                run_id,
-                status: WorkflowExecutionStatus::Running,
-                task_queue: start.task_queue.clone(),
-            }),
+            Ok(run_id) => Done::GateStarted {
+                run: WorkflowExecution {
+                    workflow_id: start.workflow_id.clone(),
+                    run_id,
+                    status: WorkflowExecutionStatus::Running,
+                    task_queue: start.task_queue.clone(),
+                },
+                step: start.step,
+            },
             Err(s) => Done::GateStartFailed {
                 task_queue: start.task_queue.clone(),
                 message: s.message().to_string(),
+                step: start.step,
             },
         });
     }

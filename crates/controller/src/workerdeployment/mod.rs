@@ -355,9 +355,9 @@ async fn pipeline(
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
     let (observed, plan, fresh) = observe_and_plan(wd, ctx, &resolved, &temporal, now).await?;
     let gate_input = if plan.start_gates.is_empty() {
-        Ok(None)
+        Ok(Default::default())
     } else {
-        observe::gate_input(wd, &ctx.client).await
+        observe::gate_inputs(wd, &plan.start_gates, &ctx.client).await
     };
     let applied = execute::execute(
         ctx,

@@ -3,6 +3,7 @@
 //! the unversioned-poller check), the versioned Deployments and autoscaling templates from
 //! the watch caches, and the gate's input when a gate is about to start. Writes nothing.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::SystemTime;
 
@@ -204,7 +205,7 @@ pub async fn read_temporal(
     if needs.task_queues {
         ctx.reads.take(&temporal.pool_key, priority).await;
     }
-    let mut target_observed = target_version(needs, &target, target_build).await?;
+    let mut target_observed = target_version(wd, needs, &target, target_build).await?;
     let promoted = plan::promoted_window(wd, target_build, &state, now);
     if needs.analysis || promoted.is_some() {
         let since = match promoted {
@@ -245,6 +246,7 @@ fn autoscaled(wd: &WorkerDeployment, templates: &Scoped<twc_api::WorkerResourceT
 /// Reads what the planner needs about `build` beyond `DescribeWorkerDeployment` (see
 /// [`plan::needs`]).
 async fn target_version(
+    wd: &WorkerDeployment,
     needs: plan::Needs,
     temporal: &WorkerDeploymentRef<'_>,
     build: &str,
@@ -274,6 +276,25 @@ async fn target_version(
                 });
             }
         }
+    }
+    if let Some(step) = needs.step_gate {
+        let mut runs = Vec::new();
+        for q in out.task_queues.iter().filter(|q| q.workflow) {
+            let id = plan::step_gate_id(wd, build, &q.name, step);
+            let run = temporal
+                .workflow_status(&id)
+                .await
+                .map_err(|s| Error::temporal(Rpc::DescribeWorkflowExecution, &subject, &s))?;
+            if let Some((run_id, status)) = run {
+                runs.push(WorkflowExecution {
+                    workflow_id: id,
+                    run_id,
+                    status,
+                    task_queue: q.name.clone(),
+                });
+            }
+        }
+        out.step_gates = Some(plan::StepGates { step, runs });
     }
     if needs.unversioned_pollers && !out.task_queues.is_empty() {
         out.unversioned_pollers = every_queue_has_unversioned_pollers(&out.task_queues, |q| {
@@ -313,6 +334,34 @@ where
     Some(true)
 }
 
+/// The inputs of the gates `starts` start, by step (None: the gate before traffic); a gate
+/// without input has none here.
+pub async fn gate_inputs(
+    wd: &WorkerDeployment,
+    starts: &[plan::GateStart],
+    client: &kube::Client,
+) -> Result<BTreeMap<Option<usize>, GateInput>> {
+    let steps: BTreeSet<Option<usize>> = starts.iter().map(|s| s.step).collect();
+    let mut out = BTreeMap::new();
+    for step in steps {
+        if let Some(input) = gate_input(wd, step, client).await? {
+            out.insert(step, input);
+        }
+    }
+    Ok(out)
+}
+
+/// The gate before traffic (`step` None) or ramp step `step`'s.
+pub fn gate_config(
+    wd: &WorkerDeployment,
+    step: Option<usize>,
+) -> Option<&twc_api::GateWorkflowConfig> {
+    match step {
+        None => wd.spec.rollout.gate.as_ref(),
+        Some(i) => wd.spec.rollout.steps.get(i)?.gate.as_ref(),
+    }
+}
+
 /// A gate workflow's argument: JSON bytes, and whether they came from a Secret (then they are
 /// never logged, only their size).
 pub struct GateInput {
@@ -320,9 +369,14 @@ pub struct GateInput {
     pub secret: bool,
 }
 
-/// The gate's input, from the spec, a ConfigMap key or a Secret key of `wd`'s namespace.
-pub async fn gate_input(wd: &WorkerDeployment, client: &kube::Client) -> Result<Option<GateInput>> {
-    let Some(gate) = &wd.spec.rollout.gate else {
+/// The input of `wd`'s gate before traffic (`step` None) or of ramp step `step`'s gate, from
+/// the spec, a ConfigMap key or a Secret key of `wd`'s namespace.
+pub async fn gate_input(
+    wd: &WorkerDeployment,
+    step: Option<usize>,
+    client: &kube::Client,
+) -> Result<Option<GateInput>> {
+    let Some(gate) = gate_config(wd, step) else {
         return Ok(None);
     };
     let ns = wd.namespace().unwrap_or_default();

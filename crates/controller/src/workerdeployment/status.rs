@@ -135,7 +135,22 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             Done::DeletedDeployment { deployment } => {
                 o.deployments.retain(|_, d| d.name != *deployment);
             }
-            Done::GateStarted(run) => o.target.gates.push(run.clone()),
+            Done::GateStarted { run, step: None } => o.target.gates.push(run.clone()),
+            Done::GateStarted {
+                run,
+                step: Some(step),
+            } => {
+                let gates = o
+                    .target
+                    .step_gates
+                    .get_or_insert_with(|| crate::plan::StepGates {
+                        step: *step,
+                        runs: Vec::new(),
+                    });
+                if gates.step == *step {
+                    gates.runs.push(run.clone());
+                }
+            }
             Done::DeletedVersion { build } => {
                 state.versions.remove(build);
             }
@@ -228,6 +243,9 @@ fn versions(wd: &WorkerDeployment, target: &str, observed: &Observed) -> WorkerD
             })
             .collect();
         target_version.test_workflows = observed.target.gates.clone();
+        if let Some(g) = &observed.target.step_gates {
+            target_version.test_workflows.extend(g.runs.iter().cloned());
+        }
     }
     if state.ramping_build_id.as_deref() == Some(target) {
         target_version.ramp_percentage = Some(state.ramp_percentage);
@@ -318,10 +336,16 @@ fn rollout_conditions(
             "False",
             "True",
             reason::RAMPING,
-            format!(
-                "buildID {build} is ramping at {}%",
-                target.ramp_percentage.unwrap_or_default()
-            ),
+            match &plan.step_gate {
+                Some(g) => format!(
+                    "buildID {build} is ramping at {}%; {g}",
+                    target.ramp_percentage.unwrap_or_default()
+                ),
+                None => format!(
+                    "buildID {build} is ramping at {}%",
+                    target.ramp_percentage.unwrap_or_default()
+                ),
+            },
         ),
         VersionStatus::NotRegistered => (
             "False",

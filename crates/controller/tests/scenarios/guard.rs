@@ -1,6 +1,7 @@
 //! Rollouts that protect themselves (not in TWC): a ramp whose workers crash-loop is rolled
 //! back, a build that never polls fails at its progress deadline, and the controls a person
-//! uses mid-rollout (pause, promote, abort, retry) work and are acknowledged.
+//! uses mid-rollout (pause, promote, abort, retry) work and are acknowledged, and a ramp
+//! step whose gate workflow fails is rolled back.
 
 use std::time::{Duration, Instant};
 
@@ -9,11 +10,11 @@ use serde_json::{Value, json};
 use twc_api::VersionStatus::Ramping;
 use twc_api::conditions::{
     ABORTED, ANALYSIS_FAILED, PAUSED, PROGRESS_DEADLINE_EXCEEDED, PROGRESSING, ROLLED_BACK,
-    WORKERS_CRASH_LOOPING,
+    STEP_GATE_FAILED, WORKERS_CRASH_LOOPING,
 };
 use twc_api::controls;
 
-use crate::common::World;
+use crate::common::{self, World};
 use crate::harness::{Expect, Scenario, image};
 
 impl Scenario {
@@ -428,4 +429,101 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     .await;
     s.wait_condition(ROLLED_BACK, "False", twc_api::conditions::NOT_ROLLED_BACK)
         .await;
+}
+
+/// The gate runs of the status's target whose workflow ID has `part`, with their statuses.
+fn step_gate_runs(wd: &twc_api::WorkerDeployment, part: &str) -> Vec<(String, String)> {
+    wd.status
+        .iter()
+        .flat_map(|s| s.target_version.iter())
+        .flat_map(|t| t.test_workflows.iter())
+        .filter(|r| r.workflow_id.contains(part))
+        .map(|r| (r.workflow_id.clone(), format!("{:?}", r.status)))
+        .collect()
+}
+
+/// v1 current; v2 ramps through two steps of 30 s, each with a gate workflow: the first
+/// (`Succeed`) completes and the rollout moves on; the second (`Fail`) fails, and new work
+/// goes back to v1 at once (`StepGateFailed`, `RolledBack`, a `GateWorkflowFailed` Warning).
+/// After a retry the first step's gate runs again, under a new workflow ID.
+pub async fn a_failed_step_gate_rolls_the_ramp_back(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-step-gate").await;
+    let steps = json!({"strategy": "Progressive", "steps": [
+        {"rampPercentage": 10, "pauseDuration": "30s", "gate": {"workflowType": "Succeed"}},
+        {"rampPercentage": 50, "pauseDuration": "30s", "gate": {"workflowType": "Fail"}}
+    ]});
+    let (v1, v2) = s.v1_current_then(s.spec(steps, &image("v2")), None).await;
+    s.wait_status(&Expect::target(&v2, Ramping).ramp(10.0).current(&v1))
+        .await;
+    let wd = common::wait_wd(
+        &s.client,
+        &s.ns,
+        &s.name,
+        "the first step's gate completed",
+        Duration::from_secs(60),
+        |wd| {
+            step_gate_runs(wd, "-step1")
+                .iter()
+                .any(|(_, st)| st == "Completed")
+        },
+    )
+    .await;
+    let first = step_gate_runs(&wd, "-step1");
+    assert_eq!(
+        first.len(),
+        1,
+        "one gate run per workflow task queue: {first:?}"
+    );
+    s.wait_temporal("v2 at the second step", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str()) && st.ramp_percentage > 49.0
+    })
+    .await;
+    let second_step = Instant::now();
+    let message = s
+        .wait_condition(ROLLED_BACK, "True", STEP_GATE_FAILED)
+        .await;
+    assert!(
+        message.contains("of step 2 (50%)") && message.contains("ended Failed"),
+        "{message}"
+    );
+    s.wait_temporal("ramp cleared", |st| {
+        st.ramping_build_id.is_none() && st.current_build_id.as_deref() == Some(v1.as_str())
+    })
+    .await;
+    println!(
+        "step gate: routing restored {:.1}s after the second step began",
+        second_step.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        s.failed_version().await,
+        Some((v2.clone(), STEP_GATE_FAILED.into(), true))
+    );
+    let note = s.wait_warning("GateWorkflowFailed").await;
+    assert!(note.contains("-step2"), "{note}");
+    s.stays_on(&v1).await;
+
+    // A retry ramps again from the first step, whose gate runs anew.
+    s.annotate(controls::RETRY, Some("1")).await;
+    s.wait_temporal("v2 ramping again", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    let wd = common::wait_wd(
+        &s.client,
+        &s.ns,
+        &s.name,
+        "the first step's gate ran again",
+        Duration::from_secs(60),
+        |wd| {
+            step_gate_runs(wd, "-step1-retry-")
+                .iter()
+                .any(|(_, st)| st == "Completed")
+        },
+    )
+    .await;
+    let again = step_gate_runs(&wd, "-step1");
+    assert!(
+        again.iter().all(|(id, _)| *id != first[0].0),
+        "the retry reused the first run's ID: {again:?}"
+    );
 }
