@@ -210,7 +210,9 @@ enum Command {
     },
     /// Show rollouts: one line per WorkerDeployment, or everything about NAME (target and
     /// current build IDs, ramp, step and time left, failed build, controls, conditions,
-    /// versions, last events). Also `kubectl twc status` with the binary on PATH as
+    /// versions with the workflows still open on each, last events). The open workflows are
+    /// counted in Temporal through the WorkerDeployment's connection, with its credential
+    /// Secret read with your own rights. Also `kubectl twc status` with the binary on PATH as
     /// `kubectl-twc`.
     Status {
         /// A WorkerDeployment; without it, one line per WorkerDeployment.

@@ -2,6 +2,7 @@
 //! person uses, and the annotations they set, from the WorkerDeployments' status and events.
 //! Rendering is pure (tested below); the IO is in [`show`] and [`control`].
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::{Duration, SystemTime};
 
@@ -105,7 +106,8 @@ pub async fn show(
                     .await
                     .map(|l| l.items)
                     .unwrap_or_default();
-                detail(&wd, &events, SystemTime::now())
+                let open = open_workflows(&client, &wd).await;
+                detail(&wd, &events, &open, SystemTime::now())
             }
             None => {
                 let api: Api<WorkerDeployment> = match namespace {
@@ -124,6 +126,91 @@ pub async fn show(
         print!("\u{1b}[2J\u{1b}[H{text}");
         tokio::time::sleep(Duration::from_secs(2)).await;
     }
+}
+
+/// How long counting the open workflows may take before the view is drawn without them.
+const COUNT_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The workflows still running on each version of `wd` (by build ID), counted by Temporal's
+/// visibility through `wd`'s own connection; the credential Secret is read from `wd`'s
+/// namespace with the caller's own rights, as the controller would. Why not, if they cannot
+/// be counted.
+pub async fn open_workflows(
+    client: &Client,
+    wd: &WorkerDeployment,
+) -> Result<BTreeMap<String, i64>, String> {
+    match tokio::time::timeout(COUNT_TIMEOUT, count_open(client, wd)).await {
+        Ok(r) => r,
+        Err(_) => Err(format!(
+            "Temporal did not answer within {}s",
+            COUNT_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+async fn count_open(
+    client: &Client,
+    wd: &WorkerDeployment,
+) -> Result<BTreeMap<String, i64>, String> {
+    use twc_api::{ClusterConnection, Connection, ConnectionKind};
+    use twc_controller::connections::{self, ConnKey, Resolved};
+    use twc_controller::temporal::WorkerDeploymentRef;
+    use twc_controller::temporal::pool::ClientPool;
+
+    let ns = wd.namespace().unwrap_or_default();
+    let key = ConnKey::of(wd).ok_or("the WorkerDeployment has no usable connectionRef")?;
+    let spec = match key.kind {
+        ConnectionKind::Connection => Api::<Connection>::namespaced(client.clone(), &ns)
+            .get(&key.name)
+            .await
+            .map(|c| c.spec)
+            .map_err(|e| format!("Connection {ns}/{}: {e}", key.name))?,
+        ConnectionKind::ClusterConnection => Api::<ClusterConnection>::all(client.clone())
+            .get(&key.name)
+            .await
+            .map(|c| c.spec)
+            .map_err(|e| format!("ClusterConnection {}: {e}", key.name))?,
+    };
+    let temporal_ns = &wd.spec.worker_options.temporal_namespace;
+    let pool = ClientPool::new("twc-status");
+    let no_cache = twc_controller::scoped::Scoped::new(Vec::new());
+    let (conn, _) = connections::temporal_client(
+        client,
+        &pool,
+        &no_cache,
+        &Resolved { key, spec },
+        &ns,
+        temporal_ns,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let name = twc_controller::plan::build_id::temporal_deployment_name(&ns, &wd.name_any());
+    let deployment = WorkerDeploymentRef {
+        conn: &conn,
+        namespace: temporal_ns,
+        name: &name,
+        identity: "twc-status",
+    };
+    let status = wd.status.clone().unwrap_or_default();
+    let builds = status
+        .target_version
+        .iter()
+        .map(|t| &t.base)
+        .chain(status.current_version.iter().map(|c| &c.base))
+        .chain(status.deprecated_versions.iter().map(|d| &d.base))
+        .map(|b| b.build_id.clone());
+    let mut open = BTreeMap::new();
+    for build in builds {
+        if open.contains_key(&build) {
+            continue;
+        }
+        let n = deployment
+            .open_on(&build)
+            .await
+            .map_err(|s| format!("CountWorkflowExecutions: {}", s.message()))?;
+        open.insert(build, n);
+    }
+    Ok(open)
 }
 
 /// Where a Progressive rollout is: (step index, steps, time left in the step).
@@ -244,7 +331,14 @@ fn columns(rows: &[Vec<String>]) -> String {
 }
 
 /// Everything about one WorkerDeployment, and its last ten events.
-pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> String {
+/// Everything about one WorkerDeployment, with the open workflows per version as counted by
+/// [`open_workflows`].
+pub fn detail(
+    wd: &WorkerDeployment,
+    events: &[Event],
+    open: &Result<BTreeMap<String, i64>, String>,
+    now: SystemTime,
+) -> String {
     let status = wd.status.clone().unwrap_or_default();
     let mut o = String::new();
     let ns = wd.namespace().unwrap_or_default();
@@ -253,7 +347,14 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
     let steps: Vec<String> = rollout
         .steps
         .iter()
-        .map(|s| format!("{}% for {}", s.ramp_percentage, s.pause_duration))
+        .map(|s| {
+            let gate = s
+                .gate
+                .as_ref()
+                .map(|g| format!(" with gate {}", g.workflow_type))
+                .unwrap_or_default();
+            format!("{}% for {}{gate}", s.ramp_percentage, s.pause_duration)
+        })
         .collect();
     let _ = writeln!(
         o,
@@ -359,7 +460,15 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
         "STATUS".into(),
         "DEPLOYMENT".into(),
         "DRAINED FOR".into(),
+        "OPEN WORKFLOWS".into(),
     ]];
+    let open_on = |b: &twc_api::BaseWorkerDeploymentVersion| match open {
+        Ok(counts) => counts
+            .get(&b.build_id)
+            .map(ToString::to_string)
+            .unwrap_or_else(|| "-".into()),
+        Err(_) => "?".into(),
+    };
     let drained = |d: &Option<k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>| {
         d.as_ref()
             .map(|t| {
@@ -383,6 +492,7 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
             format!("{:?}", t.base.status),
             deployment(&t.base),
             "-".into(),
+            open_on(&t.base),
         ]);
     }
     if let Some(c) = &status.current_version
@@ -397,6 +507,7 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
             format!("{:?}", c.base.status),
             deployment(&c.base),
             "-".into(),
+            open_on(&c.base),
         ]);
     }
     for d in &status.deprecated_versions {
@@ -406,9 +517,13 @@ pub fn detail(wd: &WorkerDeployment, events: &[Event], now: SystemTime) -> Strin
             format!("{:?}", d.base.status),
             deployment(&d.base),
             drained(&d.drained_since),
+            open_on(&d.base),
         ]);
     }
     o.push_str(&columns(&rows));
+    if let Err(why) = open {
+        let _ = writeln!(o, "  (open workflows not counted: {why})");
+    }
     let mut events: Vec<&Event> = events.iter().collect();
     let at = |e: &Event| {
         e.series
@@ -518,11 +633,34 @@ mod tests {
                 checked_at: None,
             }];
         }
-        let text = detail(&wd, &[], now());
+        let open: BTreeMap<String, i64> = [("v2-aaaa".to_string(), 3), ("v1-bbbb".to_string(), 40)]
+            .into_iter()
+            .collect();
+        let text = detail(&wd, &[], &Ok(open), now());
         assert!(
             text.contains("  step 1 at 10%: Failed (6 of 12 closed failed, 50%)"),
             "{text}"
         );
+        let row = |build: &str| {
+            text.lines()
+                .find(|l| l.trim_start().starts_with(build))
+                .map(|l| l.split_whitespace().collect::<Vec<_>>())
+                .unwrap_or_default()
+        };
+        assert_eq!(row("v2-aaaa").last(), Some(&"3"), "{text}");
+        assert_eq!(row("v1-bbbb").last(), Some(&"40"), "{text}");
+        // Not counted: said once, with why, and no number is made up.
+        let text = detail(
+            &wd,
+            &[],
+            &Err("Connection team-a/c: not found".into()),
+            now(),
+        );
+        assert!(
+            text.contains("(open workflows not counted: Connection team-a/c: not found)"),
+            "{text}"
+        );
+        assert!(!text.contains(" 40"), "{text}");
         assert!(
             text.contains(
                 "Failed:    v2-aaaa WorkersCrashLooping, rolled back: the workers keep crashing"

@@ -16,13 +16,16 @@
 //! `crash` exits with an error (a crash loop under a Deployment): at start, or after polling
 //! for `WORKER_CRASH_AFTER_SECONDS`; `no-poll` stays up without ever polling Temporal (ready
 //! pods, no pollers). `WORKER_FAIL_PERCENT=N` makes about N % of the `Work` workflows fail.
+//! `WORKER_ACTIVITY_SECONDS=N` makes each `Work` workflow run one activity that takes N seconds
+//! (a slow build: its workflows stay open, pinned to it).
 //!
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
 //! * `Fail` - fails at once (a failing gate);
 //! * `Sleep(seconds)` - waits, then completes (keeps a version Draining while it runs);
 //! * `Work(n)` - completes, or fails for about `WORKER_FAIL_PERCENT` % of the numbers `n`
-//!   (spread over them, the same `n` always the same way: a build with a bug);
+//!   (spread over them, the same `n` always the same way: a build with a bug); with
+//!   `WORKER_ACTIVITY_SECONDS` set, first runs the activity `slow` for that long;
 //! * `CheckInput(json)` - completes if its JSON argument has `"ok": true`, else fails (a gate
 //!   whose input comes from the spec, a ConfigMap or a Secret).
 
@@ -36,9 +39,11 @@ use temporalio_client::{
 use temporalio_common::worker::{
     VersioningBehavior, WorkerDeploymentOptions, WorkerDeploymentVersion,
 };
-use temporalio_macros::{workflow, workflow_methods};
+use temporalio_macros::{activities, workflow, workflow_methods};
+use temporalio_sdk::activities::{ActivityContext, ActivityError};
 use temporalio_sdk::{
-    ApplicationFailure, Runtime, Worker, WorkerOptions, WorkflowContext, WorkflowResult,
+    ActivityOptions, ApplicationFailure, Runtime, Worker, WorkerOptions, WorkflowContext,
+    WorkflowResult,
 };
 
 #[workflow]
@@ -85,12 +90,24 @@ pub struct Work;
 #[workflow_methods]
 impl Work {
     #[run]
-    pub async fn run(_ctx: &mut WorkflowContext<Self>, n: u64) -> WorkflowResult<String> {
-        // The same for every run of this build: read once per process.
+    pub async fn run(ctx: &mut WorkflowContext<Self>, n: u64) -> WorkflowResult<String> {
+        // The same for every run of this build (set on its pods): deterministic on replay.
         let percent: u64 = std::env::var("WORKER_FAIL_PERCENT")
             .ok()
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
+        let slow: u64 = std::env::var("WORKER_ACTIVITY_SECONDS")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0);
+        if slow > 0 {
+            ctx.execute_activity(
+                SlowActivities::slow,
+                slow,
+                ActivityOptions::start_to_close_timeout(Duration::from_secs(slow + 60)),
+            )
+            .await?;
+        }
         if n.wrapping_mul(37) % 100 < percent {
             Err(
                 ApplicationFailure::new(format!("work {n} failed (WORKER_FAIL_PERCENT={percent})"))
@@ -99,6 +116,19 @@ impl Work {
         } else {
             Ok(format!("work {n} done"))
         }
+    }
+}
+
+/// The activity of a slow build.
+pub struct SlowActivities;
+
+#[activities]
+impl SlowActivities {
+    /// Takes `seconds`, then completes.
+    #[activity]
+    pub async fn slow(_ctx: ActivityContext, seconds: u64) -> Result<String, ActivityError> {
+        tokio::time::sleep(Duration::from_secs(seconds)).await;
+        Ok(format!("took {seconds}s"))
     }
 }
 
@@ -233,6 +263,7 @@ async fn main() -> anyhow::Result<()> {
         .register_workflow::<Sleep>()?
         .register_workflow::<CheckInput>()?
         .register_workflow::<Work>()?
+        .register_activities(SlowActivities)
         .build();
     let mut worker = Worker::new(&runtime, client, options)?;
     println!(

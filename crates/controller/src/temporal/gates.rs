@@ -165,6 +165,28 @@ impl WorkerDeploymentRef<'_> {
         Ok((r.count, failed))
     }
 
+    /// The workflows still running on `build_id`, counted by visibility
+    /// (`TemporalWorkerDeploymentVersion`): pinned ones wait for its workers.
+    pub async fn open_on(&self, build_id: &str) -> Result<i64, Status> {
+        let mut svc = self.conn.workflow_service();
+        let query = format!(
+            "TemporalWorkerDeploymentVersion = '{}:{}' AND ExecutionStatus = 'Running'",
+            self.name.replace('\'', ""),
+            build_id.replace('\'', "")
+        );
+        let request = CountWorkflowExecutionsRequest {
+            namespace: self.namespace.to_string(),
+            query,
+        };
+        Ok(rpc(
+            "CountWorkflowExecutions",
+            svc.count_workflow_executions(tonic::Request::new(request)),
+        )
+        .await?
+        .into_inner()
+        .count)
+    }
+
     /// `DescribeWorkflowExecution` of the latest run of `workflow_id`: (run ID, status), or
     /// None if there is none.
     pub async fn workflow_status(

@@ -527,3 +527,57 @@ pub async fn a_failed_step_gate_rolls_the_ramp_back(w: &'static World) {
         "the retry reused the first run's ID: {again:?}"
     );
 }
+
+/// v1 current; v2's `Work` workflows each run a 120 s activity (a slow build). Progressive at
+/// 50 % for 30 s with an analysis (min 4 samples): 12 workflows started during the step, about
+/// half pinned to v2, none closed on it by the step's end, so the step is `Inconclusive` (an
+/// event says so) and v2 is promoted, not failed. `twc status NAME` counts the workflows still
+/// open on v2 through the WorkerDeployment's own connection.
+pub async fn a_slow_build_is_not_judged_without_samples_and_shows_its_open_workflows(
+    w: &'static World,
+) {
+    let mut s = Scenario::new(w, "guard-slow").await;
+    let steps = json!({
+        "strategy": "Progressive",
+        "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}],
+        "analysis": {"maxFailurePercent": 20, "minSamples": 4}
+    });
+    let slow = json!([{"name": "WORKER_ACTIVITY_SECONDS", "value": "120"}]);
+    let (v1, v2) = s
+        .v1_current_then(s.spec(steps, &image("v2")), Some(slow))
+        .await;
+    s.wait_temporal("v2 ramping", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    for n in 0..12u64 {
+        s.start_work(&format!("slow-{n}"), n).await;
+    }
+    let note = s.wait_normal("AnalysisInconclusive").await;
+    assert!(note.contains("at 50%: 0 of 0"), "{note}");
+    s.wait_temporal("v2 current", |st| {
+        st.current_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    assert_eq!(s.failed_version().await, None);
+    let detail = s.twc(w, &["status", "-n", &s.ns, &s.name], false).await;
+    assert!(
+        detail.contains("OPEN WORKFLOWS") && !detail.contains("not counted"),
+        "{detail}"
+    );
+    let open = |build: &str| -> i64 {
+        detail
+            .lines()
+            .find(|l| l.trim_start().starts_with(build))
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or_else(|| panic!("no open count for {build}: {detail}"))
+    };
+    println!(
+        "slow build: twc status counts {} open on v2, {} on v1 (12 started at 50 %)",
+        open(&v2),
+        open(&v1)
+    );
+    assert!(open(&v2) >= 1, "{detail}");
+    assert_eq!(open(&v1), 0, "v1's workflows completed: {detail}");
+}
