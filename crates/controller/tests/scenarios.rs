@@ -66,6 +66,8 @@ scenarios! {
         guard::a_crash_looping_ramp_is_rolled_back_before_its_deadline,
     rollout_controls_work_mid_rollout => guard::rollout_controls_work_mid_rollout,
     a_failed_step_gate_rolls_the_ramp_back => guard::a_failed_step_gate_rolls_the_ramp_back,
+    a_healthy_build_passes_its_analysis_and_is_promoted =>
+        guard::a_healthy_build_passes_its_analysis_and_is_promoted,
     a_slow_build_is_not_judged_without_samples_and_shows_its_open_workflows =>
         guard::a_slow_build_is_not_judged_without_samples_and_shows_its_open_workflows,
     an_all_at_once_promotion_failing_its_analysis_is_rolled_back =>

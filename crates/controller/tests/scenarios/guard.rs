@@ -581,3 +581,49 @@ pub async fn a_slow_build_is_not_judged_without_samples_and_shows_its_open_workf
     assert!(open(&v2) >= 1, "{detail}");
     assert_eq!(open(&v1), 0, "v1's workflows completed: {detail}");
 }
+
+/// v1 current; a healthy v2 ramps at 50 % for 30 s with an analysis (min 4 samples) and a
+/// step gate (`Succeed`): 40 workflows started during the step, those on v2 all complete, the
+/// step is `Passed` (an event says so), and v2 is promoted with nothing marked failed.
+pub async fn a_healthy_build_passes_its_analysis_and_is_promoted(w: &'static World) {
+    let mut s = Scenario::new(w, "guard-healthy").await;
+    let steps = json!({
+        "strategy": "Progressive",
+        "steps": [{"rampPercentage": 50, "pauseDuration": "30s", "gate": {"workflowType": "Succeed"}}],
+        "analysis": {"maxFailurePercent": 20, "minSamples": 4}
+    });
+    let (_, v2) = s.v1_current_then(s.spec(steps, &image("v2")), None).await;
+    s.wait_temporal("v2 ramping", |st| {
+        st.ramping_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    for n in 0..40u64 {
+        s.start_work(&format!("work-{n}"), n).await;
+    }
+    s.wait_temporal("v2 current", |st| {
+        st.current_build_id.as_deref() == Some(v2.as_str())
+    })
+    .await;
+    let step = s
+        .get()
+        .await
+        .status
+        .and_then(|st| st.target_version)
+        .and_then(|t| t.analysis.first().cloned());
+    let step = step.unwrap_or_else(|| panic!("no analysis in the status"));
+    println!(
+        "healthy build: step 1 {} with {} of {} closed on v2 failed",
+        step.verdict, step.failed, step.closed
+    );
+    assert_eq!((step.verdict.as_str(), step.failed), ("Passed", 0));
+    let note = s.wait_normal("AnalysisPassed").await;
+    assert!(note.contains("at 50%: 0 of"), "{note}");
+    s.wait_condition("Ready", "True", "RolloutComplete").await;
+    assert_eq!(s.failed_version().await, None);
+    let wd = s.get().await;
+    assert!(
+        crate::common::condition(&wd, ROLLED_BACK).is_none_or(|(st, _, _)| st == "False"),
+        "{:?}",
+        crate::common::condition(&wd, ROLLED_BACK)
+    );
+}
