@@ -629,7 +629,7 @@ mod tests {
                 closed: 12,
                 failed: 6,
                 failed_percent: 50,
-                verdict: "Failed".into(),
+                verdict: twc_api::AnalysisVerdict::Failed,
                 checked_at: None,
             }];
         }

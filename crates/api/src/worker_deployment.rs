@@ -385,6 +385,37 @@ fn default_delete() -> Option<String> {
     Some("24h".into())
 }
 
+/// The verdict of a ramp step's analysis.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub enum AnalysisVerdict {
+    /// The step goes on; it is counted again.
+    #[default]
+    Running,
+    /// Enough workflows closed on the build, few enough of them failed.
+    Passed,
+    /// Too many of the workflows closed on the build failed.
+    Failed,
+    /// The step ended with too few workflows closed on the build to judge; the rollout goes on.
+    Inconclusive,
+}
+
+impl AnalysisVerdict {
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Self::Running => "Running",
+            Self::Passed => "Passed",
+            Self::Failed => "Failed",
+            Self::Inconclusive => "Inconclusive",
+        }
+    }
+}
+
+impl std::fmt::Display for AnalysisVerdict {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// The state of a version in Temporal.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 pub enum VersionStatus {
@@ -501,7 +532,7 @@ pub struct StepAnalysis {
     #[serde(default)]
     pub failed_percent: i64,
     /// `Running` (the step goes on), `Passed`, `Failed` or `Inconclusive` (too few closed).
-    pub verdict: String,
+    pub verdict: AnalysisVerdict,
     /// When it was counted.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checked_at: Option<Time>,

@@ -13,7 +13,9 @@ use std::time::{Duration, SystemTime};
 
 use kube::ResourceExt;
 use twc_api::conditions as reason;
-use twc_api::{RolloutControls, StepAnalysis, VersionStatus, WorkerDeployment, controls};
+use twc_api::{
+    AnalysisVerdict, RolloutControls, StepAnalysis, VersionStatus, WorkerDeployment, controls,
+};
 
 use super::{Observed, PodTrouble, status_of, workers_up};
 
@@ -124,10 +126,10 @@ pub fn analyse(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Opti
     let enough = counted.closed >= i64::from(config.min_samples.max(1));
     let too_many = counted.failed * 100 > i64::from(config.max_failure_percent) * counted.closed;
     let verdict = match (enough, too_many, ended) {
-        (true, true, _) => "Failed",
-        (_, _, false) => "Running",
-        (true, false, true) => "Passed",
-        (false, _, true) => "Inconclusive",
+        (true, true, _) => AnalysisVerdict::Failed,
+        (_, _, false) => AnalysisVerdict::Running,
+        (true, false, true) => AnalysisVerdict::Passed,
+        (false, _, true) => AnalysisVerdict::Inconclusive,
     };
     Some(StepAnalysis {
         step: i32::try_from(index).unwrap_or(i32::MAX),
@@ -137,7 +139,7 @@ pub fn analyse(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Opti
         failed_percent: (counted.failed * 100)
             .checked_div(counted.closed)
             .unwrap_or(0),
-        verdict: verdict.into(),
+        verdict,
         checked_at: crate::conditions::time(observed.now),
     })
 }
@@ -248,7 +250,7 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
     }
     let analysis_at = step_analysis
         .as_ref()
-        .filter(|a| a.verdict == "Running")
+        .filter(|a| a.verdict == AnalysisVerdict::Running)
         .map(|_| now + ANALYSIS_EVERY);
     let stopped = d.is_some_and(|d| d.spec_replicas == Some(0)) && wd.spec.replicas == Some(0);
     let mut deadline_at = None;
@@ -262,7 +264,10 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
                 controls::ABORT
             ),
         ))
-    } else if let Some(a) = step_analysis.as_ref().filter(|a| a.verdict == "Failed") {
+    } else if let Some(a) = step_analysis
+        .as_ref()
+        .filter(|a| a.verdict == AnalysisVerdict::Failed)
+    {
         let config = wd.spec.rollout.analysis.clone().unwrap_or_default();
         let when = if current {
             "after its promotion".to_string()

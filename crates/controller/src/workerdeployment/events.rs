@@ -158,10 +158,10 @@ fn rollout_notes(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus
             && was
                 .iter()
                 .any(|w| w.step == a.step && w.verdict == a.verdict);
-        let reason = match a.verdict.as_str() {
-            "Passed" => "AnalysisPassed",
-            "Inconclusive" => "AnalysisInconclusive",
-            _ => continue,
+        let reason = match a.verdict {
+            twc_api::AnalysisVerdict::Passed => "AnalysisPassed",
+            twc_api::AnalysisVerdict::Inconclusive => "AnalysisInconclusive",
+            twc_api::AnalysisVerdict::Running | twc_api::AnalysisVerdict::Failed => continue,
         };
         if !seen {
             notes.push(normal(
@@ -381,7 +381,7 @@ mod tests {
                 closed: 20,
                 failed: 1,
                 failed_percent: 5,
-                verdict: "Passed".into(),
+                verdict: twc_api::AnalysisVerdict::Passed,
                 checked_at: None,
             }];
         }

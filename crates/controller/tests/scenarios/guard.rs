@@ -256,7 +256,7 @@ pub async fn a_ramp_failing_half_its_workflows_is_rolled_back_at_the_first_step(
         .and_then(|st| st.target_version)
         .and_then(|t| t.analysis.first().cloned())
         .unwrap_or_else(|| panic!("no analysis in the status"));
-    assert_eq!(step.verdict, "Failed");
+    assert_eq!(step.verdict, twc_api::AnalysisVerdict::Failed);
     assert!(
         step.closed >= 4 && step.failed * 5 > step.closed,
         "{step:?}"
