@@ -1397,6 +1397,18 @@ mod guarded {
     use twc_api::conditions::{ABORTED, PROGRESS_DEADLINE_EXCEEDED, WORKERS_CRASH_LOOPING};
     use twc_api::controls::{ABORT, PAUSED, PROMOTE, RETRY};
 
+    /// v1 current; `target` ramping at the first step (10 %) since t(0).
+    fn ramping_at_first_step(wd: &WorkerDeployment, target: &str) -> World {
+        world(wd)
+            .deployment("v1", None)
+            .version("v1", VersionStatus::Current)
+            .current("v1")
+            .deployment(target, None)
+            .version(target, VersionStatus::Ramping)
+            .ramping(target)
+            .ramp(10.0, t(0))
+    }
+
     /// v1 current; v2 the target since t(0), its Deployment there but no pod ready.
     fn pending(strategy: &str) -> (WorkerDeployment, String, World) {
         let wd = wd(strategy, "w:v2");
@@ -1518,14 +1530,7 @@ mod guarded {
         let wd = wd("Progressive", "w:v2");
         let target = target_of(&wd);
         let wd = targeted(wd, &target, t(0));
-        let ramping = world(&wd)
-            .deployment("v1", None)
-            .version("v1", VersionStatus::Current)
-            .current("v1")
-            .deployment(&target, None)
-            .version(&target, VersionStatus::Ramping)
-            .ramping(&target)
-            .ramp(10.0, t(0));
+        let ramping = ramping_at_first_step(&wd, &target);
         // Crash-looping while ramping.
         let mut o = ramping.clone().at(t(20)).no_ready_pods(&target).build();
         o.target_pods = vec![trouble("CrashLoopBackOff", 5)];
@@ -1595,16 +1600,7 @@ mod guarded {
         let wd = wd("Progressive", "w:v2");
         let target = target_of(&wd);
         let aborted = annotated(targeted(wd, &target, t(0)), ABORT, "now");
-        let ramping = world(&aborted)
-            .at(t(30))
-            .deployment("v1", None)
-            .version("v1", VersionStatus::Current)
-            .current("v1")
-            .deployment(&target, None)
-            .version(&target, VersionStatus::Ramping)
-            .ramping(&target)
-            .ramp(10.0, t(0))
-            .build();
+        let ramping = ramping_at_first_step(&aborted, &target).at(t(30)).build();
         let p = plan(&aborted, &conn(), &me(), &ramping);
         assert_eq!(p.routing, Some(Routing::ClearRamp));
         let f = p.failure.clone().unwrap_or_else(|| panic!("no failure"));
@@ -1638,16 +1634,7 @@ mod guarded {
     fn pause_holds_routing_and_promote_skips_the_steps() {
         let wd = wd("Progressive", "w:v2");
         let target = target_of(&wd);
-        let at_step_end = world(&wd)
-            .at(t(61))
-            .deployment("v1", None)
-            .version("v1", VersionStatus::Current)
-            .current("v1")
-            .deployment(&target, None)
-            .version(&target, VersionStatus::Ramping)
-            .ramping(&target)
-            .ramp(10.0, t(0))
-            .build();
+        let at_step_end = ramping_at_first_step(&wd, &target).at(t(61)).build();
         assert_eq!(
             plan(&wd, &conn(), &me(), &at_step_end).routing,
             Some(Routing::SetRamp(target.clone(), 50.0))
@@ -1682,16 +1669,7 @@ mod guarded {
         let target = target_of(&wd);
         let wd = targeted(wd, &target, t(0));
         let ramping = |now: SystemTime, closed: i64, failed: i64| {
-            let mut o = world(&wd)
-                .at(now)
-                .deployment("v1", None)
-                .version("v1", VersionStatus::Current)
-                .current("v1")
-                .deployment(&target, None)
-                .version(&target, VersionStatus::Ramping)
-                .ramping(&target)
-                .ramp(10.0, t(0))
-                .build();
+            let mut o = ramping_at_first_step(&wd, &target).at(now).build();
             o.target.analysis = Some(Counted {
                 since: Some(t(0)),
                 closed,
@@ -1791,15 +1769,8 @@ mod guarded {
         let target = target_of(&wd);
         let wd = targeted(wd, &target, t(0));
         let ramping = |now: SystemTime, run: Option<WorkflowExecutionStatus>| {
-            let mut o = world(&wd)
+            let mut o = ramping_at_first_step(&wd, &target)
                 .at(now)
-                .deployment("v1", None)
-                .version("v1", VersionStatus::Current)
-                .current("v1")
-                .deployment(&target, None)
-                .version(&target, VersionStatus::Ramping)
-                .ramping(&target)
-                .ramp(10.0, t(0))
                 .task_queues(vec![workflow_queue("q"), activity_queue("a")])
                 .build();
             o.target.step_gates = Some(StepGates {

@@ -17,9 +17,9 @@ use temporalio_common::protos::temporal::api::workflow::v1::versioning_override:
     Override, PinnedOverride, PinnedOverrideBehavior,
 };
 use temporalio_common::protos::temporal::api::workflowservice::v1::{
-    CountWorkflowExecutionsRequest, DescribeTaskQueueRequest,
-    DescribeWorkerDeploymentVersionRequest, DescribeWorkflowExecutionRequest,
-    StartWorkflowExecutionRequest,
+    CountWorkflowExecutionsRequest, CountWorkflowExecutionsResponse as CountResponse,
+    DescribeTaskQueueRequest, DescribeWorkerDeploymentVersionRequest,
+    DescribeWorkflowExecutionRequest, StartWorkflowExecutionRequest,
 };
 use twc_api::WorkflowExecutionStatus;
 
@@ -131,13 +131,12 @@ impl WorkerDeploymentRef<'_> {
         Ok(queues)
     }
 
-    /// The workflows that closed on `build_id` since `since` (RFC 3339), counted by
-    /// visibility (`TemporalWorkerDeploymentVersion`): (closed, of which failed, timed out or
-    /// terminated).
-    pub async fn closed_since(&self, build_id: &str, since: &str) -> Result<(i64, i64), Status> {
+    /// `CountWorkflowExecutions` of the workflows on `build_id` (visibility's
+    /// `TemporalWorkerDeploymentVersion`) that also match `rest` (`AND ...`, `GROUP BY ...`).
+    async fn count_on(&self, build_id: &str, rest: &str) -> Result<CountResponse, Status> {
         let mut svc = self.conn.workflow_service();
         let query = format!(
-            "TemporalWorkerDeploymentVersion = '{}:{}' AND CloseTime >= '{since}' GROUP BY ExecutionStatus",
+            "TemporalWorkerDeploymentVersion = '{}:{}' {rest}",
             self.name.replace('\'', ""),
             build_id.replace('\'', "")
         );
@@ -145,12 +144,23 @@ impl WorkerDeploymentRef<'_> {
             namespace: self.namespace.to_string(),
             query,
         };
-        let r = rpc(
+        Ok(rpc(
             "CountWorkflowExecutions",
             svc.count_workflow_executions(tonic::Request::new(request)),
         )
         .await?
-        .into_inner();
+        .into_inner())
+    }
+
+    /// The workflows that closed on `build_id` since `since` (RFC 3339), counted by
+    /// visibility: (closed, of which failed, timed out or terminated).
+    pub async fn closed_since(&self, build_id: &str, since: &str) -> Result<(i64, i64), Status> {
+        let r = self
+            .count_on(
+                build_id,
+                &format!("AND CloseTime >= '{since}' GROUP BY ExecutionStatus"),
+            )
+            .await?;
         let mut failed = 0;
         for g in &r.groups {
             let value = g
@@ -165,26 +175,13 @@ impl WorkerDeploymentRef<'_> {
         Ok((r.count, failed))
     }
 
-    /// The workflows still running on `build_id`, counted by visibility
-    /// (`TemporalWorkerDeploymentVersion`): pinned ones wait for its workers.
+    /// The workflows still running on `build_id`, counted by visibility: pinned ones wait for
+    /// its workers.
     pub async fn open_on(&self, build_id: &str) -> Result<i64, Status> {
-        let mut svc = self.conn.workflow_service();
-        let query = format!(
-            "TemporalWorkerDeploymentVersion = '{}:{}' AND ExecutionStatus = 'Running'",
-            self.name.replace('\'', ""),
-            build_id.replace('\'', "")
-        );
-        let request = CountWorkflowExecutionsRequest {
-            namespace: self.namespace.to_string(),
-            query,
-        };
-        Ok(rpc(
-            "CountWorkflowExecutions",
-            svc.count_workflow_executions(tonic::Request::new(request)),
-        )
-        .await?
-        .into_inner()
-        .count)
+        Ok(self
+            .count_on(build_id, "AND ExecutionStatus = 'Running'")
+            .await?
+            .count)
     }
 
     /// `DescribeWorkflowExecution` of the latest run of `workflow_id`: (run ID, status), or

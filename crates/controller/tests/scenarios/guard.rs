@@ -431,6 +431,25 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
         .await;
 }
 
+impl Scenario {
+    /// Waits until the status lists a Completed gate run whose workflow ID has `part`.
+    async fn wait_gate_completed(&self, part: &str) -> twc_api::WorkerDeployment {
+        common::wait_wd(
+            &self.client,
+            &self.ns,
+            &self.name,
+            &format!("a gate run {part} completed"),
+            Duration::from_secs(60),
+            |wd| {
+                step_gate_runs(wd, part)
+                    .iter()
+                    .any(|(_, st)| st == "Completed")
+            },
+        )
+        .await
+    }
+}
+
 /// The gate runs of the status's target whose workflow ID has `part`, with their statuses.
 fn step_gate_runs(wd: &twc_api::WorkerDeployment, part: &str) -> Vec<(String, String)> {
     wd.status
@@ -455,19 +474,7 @@ pub async fn a_failed_step_gate_rolls_the_ramp_back(w: &'static World) {
     let (v1, v2) = s.v1_current_then(s.spec(steps, &image("v2")), None).await;
     s.wait_status(&Expect::target(&v2, Ramping).ramp(10.0).current(&v1))
         .await;
-    let wd = common::wait_wd(
-        &s.client,
-        &s.ns,
-        &s.name,
-        "the first step's gate completed",
-        Duration::from_secs(60),
-        |wd| {
-            step_gate_runs(wd, "-step1")
-                .iter()
-                .any(|(_, st)| st == "Completed")
-        },
-    )
-    .await;
+    let wd = s.wait_gate_completed("-step1").await;
     let first = step_gate_runs(&wd, "-step1");
     assert_eq!(
         first.len(),
@@ -508,19 +515,7 @@ pub async fn a_failed_step_gate_rolls_the_ramp_back(w: &'static World) {
         st.ramping_build_id.as_deref() == Some(v2.as_str())
     })
     .await;
-    let wd = common::wait_wd(
-        &s.client,
-        &s.ns,
-        &s.name,
-        "the first step's gate ran again",
-        Duration::from_secs(60),
-        |wd| {
-            step_gate_runs(wd, "-step1-retry-")
-                .iter()
-                .any(|(_, st)| st == "Completed")
-        },
-    )
-    .await;
+    let wd = s.wait_gate_completed("-step1-retry-").await;
     let again = step_gate_runs(&wd, "-step1");
     assert!(
         again.iter().all(|(id, _)| *id != first[0].0),
