@@ -595,25 +595,22 @@ pub async fn a_healthy_build_passes_its_analysis_and_is_promoted(w: &'static Wor
     for n in 0..40u64 {
         s.start_work(&format!("work-{n}"), n).await;
     }
-    s.wait_temporal("v2 current", |st| {
-        st.current_build_id.as_deref() == Some(v2.as_str())
-    })
-    .await;
+    let note = s.wait_normal("AnalysisPassed").await;
+    assert!(note.contains("at 50%: 0 of"), "{note}");
+    // Temporal is promoted before the status is written: wait for the status.
+    s.wait_condition("Ready", "True", "RolloutComplete").await;
     let step = s
         .get()
         .await
         .status
         .and_then(|st| st.target_version)
-        .and_then(|t| t.analysis.first().cloned());
-    let step = step.unwrap_or_else(|| panic!("no analysis in the status"));
+        .and_then(|t| t.analysis.first().cloned())
+        .unwrap_or_else(|| panic!("no analysis in the status"));
     println!(
         "healthy build: step 1 {} with {} of {} closed on v2 failed",
         step.verdict, step.failed, step.closed
     );
     assert_eq!((step.verdict.as_str(), step.failed), ("Passed", 0));
-    let note = s.wait_normal("AnalysisPassed").await;
-    assert!(note.contains("at 50%: 0 of"), "{note}");
-    s.wait_condition("Ready", "True", "RolloutComplete").await;
     assert_eq!(s.failed_version().await, None);
     let wd = s.get().await;
     assert!(

@@ -28,8 +28,10 @@ use crate::harness::*;
 /// controller is told to take over (`--take-over-identity`).
 pub const TWC_RELEASE_IDENTITY: &str = common::TAKE_OVER_IDENTITY;
 
-/// How long the pinned workflow on the Draining version runs.
-const PINNED_SECONDS: u64 = 25;
+/// How long the pinned workflow on the Draining version runs: long enough to outlast the
+/// setup and the takeover on a loaded 2-core machine (at 25 s it once ended first, so v1
+/// drained and sunset before the controller looked).
+const PINNED_SECONDS: u64 = 45;
 
 /// The Deployment TWC would have created for the template with `image`: created, not applied,
 /// by TWC's field manager; running real workers. Returns its build ID.
