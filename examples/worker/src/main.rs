@@ -256,15 +256,20 @@ async fn main() -> anyhow::Result<()> {
         .default_versioning_behavior(VersioningBehavior::Pinned)
         .build()
     };
-    let options = WorkerOptions::new(task_queue.clone())
+    let mut options = WorkerOptions::new(task_queue.clone())
         .deployment_options(deployment_options)
         .register_workflow::<Succeed>()?
         .register_workflow::<Fail>()?
         .register_workflow::<Sleep>()?
         .register_workflow::<CheckInput>()?
         .register_workflow::<Work>()?
-        .register_activities(SlowActivities)
         .build();
+    // Only a slow build polls for activities: every other worker stays a workflow-only
+    // poller, as light on the server as before.
+    if std::env::var("WORKER_ACTIVITY_SECONDS").is_ok_and(|v| v.parse::<u64>().is_ok_and(|n| n > 0))
+    {
+        options.register_activities(SlowActivities);
+    }
     let mut worker = Worker::new(&runtime, client, options)?;
     println!(
         "polling task queue {task_queue} in {namespace} as {deployment}:{build_id} at {address}"
