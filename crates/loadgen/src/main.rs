@@ -294,7 +294,11 @@ fn print_setup(run: &Run) {
     row(
         "controller",
         format!(
-            "twc run (debug build) --leader-elect, production poll intervals{}",
+            "twc run ({}) --leader-elect, production poll intervals{}",
+            match std::env::var("TWC_CONTROLLER_BINARY") {
+                Ok(path) => format!("TWC_CONTROLLER_BINARY={path}"),
+                Err(_) => "debug build".to_string(),
+            },
             if cli.controller_args.is_empty() {
                 String::new()
             } else {
