@@ -418,7 +418,20 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     // Retry while paused: the mark goes, routing waits for the resume.
     s.twc(w, &ctl("retry"), false).await;
     s.wait_normal("RetryRequested").await;
-    assert_eq!(s.failed_version().await, None);
+    // The event can come before the status that clears the mark: wait for the status.
+    common::wait_wd(
+        &s.client,
+        &s.ns,
+        &s.name,
+        "the failed mark cleared",
+        Duration::from_secs(60),
+        |wd| {
+            wd.status
+                .as_ref()
+                .is_some_and(|st| st.failed_version.is_none())
+        },
+    )
+    .await;
     assert_eq!(s.describe().await.current_build_id, Some(v1.clone()));
     s.twc(w, &ctl("resume"), false).await;
     s.wait_normal("RolloutResumed").await;
