@@ -36,19 +36,22 @@ pub struct Controls {
     pub retry: Option<String>,
 }
 
+/// The value of control annotation `key` on `wd`, trimmed; None when unset or empty.
+pub fn control_value(wd: &WorkerDeployment, key: &str) -> Option<String> {
+    wd.annotations()
+        .get(key)
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
+}
+
 /// Reads the controls of `wd`.
 pub fn controls(wd: &WorkerDeployment) -> Controls {
-    let a = wd.annotations();
     let acted = wd
         .status
         .as_ref()
         .and_then(|s| s.controls.clone())
         .unwrap_or_default();
-    let value = |key: &str| {
-        a.get(key)
-            .map(|v| v.trim().to_string())
-            .filter(|v| !v.is_empty())
-    };
+    let value = |key: &str| control_value(wd, key);
     Controls {
         paused: value(controls::PAUSED).is_some_and(|v| v.eq_ignore_ascii_case("true")),
         promote: value(controls::PROMOTE).filter(|v| acted.promoted_build_id.as_ref() != Some(v)),

@@ -217,10 +217,7 @@ pub struct GateStart {
 /// The `temporal.io/retry` value set on `wd`, if any: it names the step gates' runs, so that
 /// a retry runs them again.
 pub fn retry_token(wd: &WorkerDeployment) -> Option<String> {
-    wd.annotations()
-        .get(twc_api::controls::RETRY)
-        .map(|v| v.trim().to_string())
-        .filter(|v| !v.is_empty())
+    guard::control_value(wd, twc_api::controls::RETRY)
 }
 
 /// The workflow ID of `target`'s gate of ramp step `step` on `task_queue`.
