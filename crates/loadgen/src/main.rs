@@ -650,8 +650,8 @@ impl Run {
         row(
             "  controller memory at the end",
             format!(
-                "VmRSS {:.1} MiB, VmHWM {:.1} MiB",
-                u1.rss_mib, u1.peak_rss_mib
+                "VmRSS {:.1} MiB (anon {:.1}, file {:.1}), VmHWM {:.1} MiB",
+                u1.rss_mib, u1.anon_rss_mib, u1.file_rss_mib, u1.peak_rss_mib
             ),
         );
         if let Some(rss) = self.env.temporal.rss_bytes() {

@@ -156,6 +156,8 @@ impl Controller {
         Usage {
             rss_mib: kib("VmRSS:") / 1024.0,
             peak_rss_mib: kib("VmHWM:") / 1024.0,
+            anon_rss_mib: kib("RssAnon:") / 1024.0,
+            file_rss_mib: kib("RssFile:") / 1024.0,
             cpu_seconds: ticks / 100.0,
         }
     }
@@ -181,6 +183,10 @@ pub struct Usage {
     pub rss_mib: f64,
     /// Peak resident memory (VmHWM), MiB.
     pub peak_rss_mib: f64,
+    /// The part of `rss_mib` that is the process's own memory (RssAnon: heap, stacks), MiB.
+    pub anon_rss_mib: f64,
+    /// The part of `rss_mib` mapped from files (RssFile: the binary's code and data), MiB.
+    pub file_rss_mib: f64,
     /// User + system CPU time so far, seconds.
     pub cpu_seconds: f64,
 }
