@@ -2,46 +2,182 @@
 //! planner's view. Shared by the WorkerDeployment and WorkerResourceTemplate reconcilers; no
 //! client calls.
 
+use std::borrow::Cow;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use k8s_openapi::api::apps::v1::Deployment;
-use kube::ResourceExt;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::{Resource, ResourceExt};
 use twc_api::WorkerDeployment;
 
 use crate::plan::{ObservedDeployment, deployment::is_owned_by};
 use crate::scoped::Scoped;
 
-/// Keeps of a versioned Deployment's pod template only what [`observe`] reads (its
-/// annotations and the `TEMPORAL_NAMESPACE` of each container), before the watch cache stores
-/// it: a template is most of a Deployment. What needs the whole template (moving an older
-/// version to a new connection) reads the Deployment from the apiserver.
-pub fn trim(d: &mut Deployment) {
-    let Some(pod) = d.spec.as_mut().and_then(|s| s.template.spec.as_mut()) else {
-        return;
-    };
-    let containers = std::mem::take(&mut pod.containers)
-        .into_iter()
-        .map(|c| k8s_openapi::api::core::v1::Container {
-            env: c.env.map(|env| {
-                env.into_iter()
-                    .filter(|e| e.name == "TEMPORAL_NAMESPACE")
-                    .collect()
-            }),
-            name: c.name,
-            ..Default::default()
-        })
-        .collect();
-    *pod = k8s_openapi::api::core::v1::PodSpec {
-        containers,
-        ..Default::default()
-    };
+/// A versioned Deployment as the watch cache keeps it: its metadata and the few fields
+/// [`observe`] reads, parsed straight from the watch's JSON (the rest is skipped, never
+/// built). A whole `Deployment` is a few KiB in memory even for a small pod template, most of
+/// it empty fields; thousands of them were most of the controller's memory. What needs the
+/// whole object (moving an older version to a new connection) reads it from the apiserver.
+#[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
+#[serde(from = "wire::Deployment")]
+pub struct CachedDeployment {
+    pub metadata: ObjectMeta,
+    /// `spec.replicas`.
+    pub spec_replicas: Option<i32>,
+    /// The pod template's `CONNECTION_SPEC_HASH` annotation.
+    pub connection_hash: Option<String>,
+    /// The pod template's `POD_TEMPLATE_SPEC_HASH` annotation.
+    pub template_digest: Option<String>,
+    /// The `TEMPORAL_NAMESPACE` the controller injected (the first container that has it).
+    pub temporal_namespace: Option<String>,
+    /// `status.replicas`, `readyReplicas`, `availableReplicas`.
+    pub replicas: Option<i32>,
+    pub ready_replicas: Option<i32>,
+    pub available_replicas: Option<i32>,
+    /// The `Available` condition: its status (`True`, `False`, `Unknown`) and since when.
+    pub available: Option<(String, Option<SystemTime>)>,
+}
+
+impl Resource for CachedDeployment {
+    type DynamicType = ();
+    type Scope = k8s_openapi::NamespaceResourceScope;
+
+    fn kind(_: &()) -> Cow<'_, str> {
+        "Deployment".into()
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        "apps".into()
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        "v1".into()
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        "deployments".into()
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+/// The shape of the JSON [`CachedDeployment`] is read from: only the fields it keeps (serde
+/// skips every other).
+mod wire {
+    use std::collections::BTreeMap;
+
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+    use serde::Deserialize;
+
+    #[derive(Deserialize)]
+    pub struct Deployment {
+        #[serde(default)]
+        pub metadata: ObjectMeta,
+        pub spec: Option<Spec>,
+        pub status: Option<Status>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Spec {
+        pub replicas: Option<i32>,
+        #[serde(default)]
+        pub template: Template,
+    }
+
+    #[derive(Default, Deserialize)]
+    pub struct Template {
+        pub metadata: Option<Meta>,
+        pub spec: Option<Pod>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Meta {
+        pub annotations: Option<BTreeMap<String, String>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Pod {
+        #[serde(default)]
+        pub containers: Vec<Container>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Container {
+        pub env: Option<Vec<Env>>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Env {
+        pub name: String,
+        pub value: Option<String>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Status {
+        pub replicas: Option<i32>,
+        pub ready_replicas: Option<i32>,
+        pub available_replicas: Option<i32>,
+        pub conditions: Option<Vec<Condition>>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct Condition {
+        #[serde(rename = "type")]
+        pub type_: String,
+        pub status: String,
+        pub last_transition_time: Option<Time>,
+    }
+}
+
+impl From<wire::Deployment> for CachedDeployment {
+    fn from(d: wire::Deployment) -> Self {
+        let spec_replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        let template = d.spec.map(|s| s.template).unwrap_or_default();
+        let mut annotations = template
+            .metadata
+            .and_then(|m| m.annotations)
+            .unwrap_or_default();
+        let temporal_namespace = template
+            .spec
+            .into_iter()
+            .flat_map(|p| p.containers)
+            .flat_map(|c| c.env.into_iter().flatten())
+            .find(|e| e.name == "TEMPORAL_NAMESPACE")
+            .and_then(|e| e.value);
+        let status = d.status;
+        let available = status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|cs| cs.iter().find(|c| c.type_ == "Available"))
+            .map(|c| {
+                (
+                    c.status.clone(),
+                    c.last_transition_time
+                        .as_ref()
+                        .map(|t| SystemTime::from(t.0)),
+                )
+            });
+        Self {
+            metadata: d.metadata,
+            spec_replicas,
+            connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
+            template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
+            temporal_namespace,
+            replicas: status.as_ref().and_then(|s| s.replicas),
+            ready_replicas: status.as_ref().and_then(|s| s.ready_replicas),
+            available_replicas: status.as_ref().and_then(|s| s.available_replicas),
+            available,
+        }
+    }
 }
 
 /// The versioned Deployments `wd` controls (not being deleted), by build ID.
 pub fn owned(
     wd: &WorkerDeployment,
-    store: &Scoped<Deployment>,
+    store: &Scoped<CachedDeployment>,
 ) -> BTreeMap<String, ObservedDeployment> {
     owned_in(
         wd,
@@ -52,16 +188,16 @@ pub fn owned(
     )
 }
 
-/// [`owned`], from any list of Deployments (those of `wd`'s namespace are picked).
+/// [`owned`], from any list of cached Deployments (those of `wd`'s namespace are picked).
 pub fn owned_in<'a>(
     wd: &WorkerDeployment,
-    deployments: impl IntoIterator<Item = &'a Deployment>,
+    deployments: impl IntoIterator<Item = &'a CachedDeployment>,
 ) -> BTreeMap<String, ObservedDeployment> {
     let ns = wd.namespace();
     deployments
         .into_iter()
         .filter(|d| d.namespace() == ns)
-        .filter(|d| is_owned_by(d, wd))
+        .filter(|d| is_owned_by(*d, wd))
         .filter(|d| d.metadata.deletion_timestamp.is_none())
         .filter_map(observe)
         .map(|d| (d.build_id.clone(), d))
@@ -69,69 +205,78 @@ pub fn owned_in<'a>(
 }
 
 /// The observed view of an owned Deployment.
-pub fn observe(d: &Deployment) -> Option<ObservedDeployment> {
+pub fn observe(d: &CachedDeployment) -> Option<ObservedDeployment> {
     let build_id = d.labels().get(twc_api::labels::BUILD_ID)?.clone();
-    let spec = d.spec.as_ref();
-    let status = d.status.as_ref();
-    let annotations = spec
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.clone())
-        .unwrap_or_default();
-    let available = |value: &str| {
-        status
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| {
-                cs.iter()
-                    .find(|c| c.type_ == "Available" && c.status == value)
-            })
-            .map(|c| {
-                c.last_transition_time
-                    .as_ref()
-                    .map(|t| SystemTime::from(t.0))
-                    .unwrap_or(SystemTime::UNIX_EPOCH)
-            })
+    let since = |value: &str| {
+        d.available
+            .as_ref()
+            .filter(|(status, _)| status == value)
+            .map(|(_, t)| t.unwrap_or(SystemTime::UNIX_EPOCH))
     };
-    let available_since = available("True");
-    let unavailable_since = available("False");
     Some(ObservedDeployment {
         name: d.name_any(),
         build_id,
-        spec_replicas: spec.and_then(|s| s.replicas),
-        replicas: status.and_then(|s| s.replicas).unwrap_or(0),
-        ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
-        available_since,
-        unavailable_since,
-        connection_hash: annotations
-            .get(twc_api::labels::CONNECTION_SPEC_HASH)
-            .cloned(),
-        template_digest: annotations
-            .get(twc_api::labels::POD_TEMPLATE_SPEC_HASH)
-            .cloned(),
-        temporal_namespace: spec.and_then(|s| injected_namespace(&s.template)),
+        spec_replicas: d.spec_replicas,
+        replicas: d.replicas.unwrap_or(0),
+        ready_replicas: d.ready_replicas.unwrap_or(0),
+        available_since: since("True"),
+        unavailable_since: since("False"),
+        connection_hash: d.connection_hash.clone(),
+        template_digest: d.template_digest.clone(),
+        temporal_namespace: d.temporal_namespace.clone(),
     })
-}
-
-/// The Temporal namespace the workers of `template` poll: the `TEMPORAL_NAMESPACE` the
-/// controller injected (into every container; the first that has it is read). None when no
-/// container has it (not rendered by a controller).
-fn injected_namespace(template: &k8s_openapi::api::core::v1::PodTemplateSpec) -> Option<String> {
-    template
-        .spec
-        .as_ref()?
-        .containers
-        .iter()
-        .flat_map(|c| c.env.iter().flatten())
-        .find(|e| e.name == "TEMPORAL_NAMESPACE")
-        .and_then(|e| e.value.clone())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use k8s_openapi::api::apps::v1::Deployment;
     use serde_json::json;
 
+    /// What the planner saw of a whole Deployment before the cache kept only part of it.
+    fn observe_whole(d: &Deployment) -> Option<ObservedDeployment> {
+        let status = d.status.as_ref();
+        let since = |value: &str| {
+            status
+                .and_then(|s| s.conditions.as_ref())
+                .and_then(|cs| cs.iter().find(|c| c.type_ == "Available"))
+                .filter(|c| c.status == value)
+                .map(|c| {
+                    c.last_transition_time
+                        .as_ref()
+                        .map(|t| SystemTime::from(t.0))
+                        .unwrap_or(SystemTime::UNIX_EPOCH)
+                })
+        };
+        let template = d.spec.as_ref().map(|s| &s.template);
+        let annotation = |key: &str| {
+            template
+                .and_then(|t| t.metadata.as_ref())
+                .and_then(|m| m.annotations.as_ref())
+                .and_then(|a| a.get(key).cloned())
+        };
+        Some(ObservedDeployment {
+            name: d.name_any(),
+            build_id: d.labels().get(twc_api::labels::BUILD_ID)?.clone(),
+            spec_replicas: d.spec.as_ref().and_then(|s| s.replicas),
+            replicas: status.and_then(|s| s.replicas).unwrap_or(0),
+            ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            available_since: since("True"),
+            unavailable_since: since("False"),
+            connection_hash: annotation(twc_api::labels::CONNECTION_SPEC_HASH),
+            template_digest: annotation(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
+            temporal_namespace: template
+                .and_then(|t| t.spec.as_ref())
+                .into_iter()
+                .flat_map(|p| p.containers.iter())
+                .flat_map(|c| c.env.iter().flatten())
+                .find(|e| e.name == "TEMPORAL_NAMESPACE")
+                .and_then(|e| e.value.clone()),
+        })
+    }
+
     #[test]
-    fn a_trimmed_deployment_is_observed_as_the_whole_one() {
+    fn a_cached_deployment_is_observed_as_the_whole_one() {
         let wd: WorkerDeployment = serde_json::from_value(json!({
             "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
             "metadata": {"name": "w", "namespace": "ns", "uid": "uid-1"},
@@ -152,22 +297,42 @@ mod tests {
             host_port: "h:7233".into(),
             ..Default::default()
         };
-        let whole = crate::plan::deployment::versioned_deployment(&wd, "b1", &conn);
-        let mut trimmed = whole.clone();
-        trim(&mut trimmed);
-        let size = |d: &Deployment| serde_json::to_vec(d).map(|v| v.len()).unwrap_or(0);
-        assert!(
-            size(&trimmed) < size(&whole),
-            "{} of {}",
-            size(&trimmed),
-            size(&whole)
+        let mut whole = crate::plan::deployment::versioned_deployment(&wd, "b1", &conn);
+        whole.status = serde_json::from_value(json!({
+            "replicas": 2, "readyReplicas": 1, "availableReplicas": 1,
+            "conditions": [
+                {"type": "Progressing", "status": "True", "lastTransitionTime": "2026-01-01T00:00:00Z"},
+                {"type": "Available", "status": "False", "lastTransitionTime": "2026-01-02T03:04:05Z"}
+            ]
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let json = serde_json::to_value(&whole).unwrap_or_else(|e| panic!("{e}"));
+        let cached: CachedDeployment =
+            serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            cached.meta().owner_references,
+            whole.metadata.owner_references
         );
-        let pod = trimmed.spec.as_ref().and_then(|s| s.template.spec.as_ref());
-        assert!(pod.is_some_and(|p| p.volumes.is_none() && p.containers[0].image.is_none()));
-        let seen = observe(&trimmed);
-        assert_eq!(seen, observe(&whole));
+        assert!(is_owned_by(&cached, &wd));
+        let seen = observe(&cached);
+        assert_eq!(seen, observe_whole(&whole));
         let seen = seen.unwrap_or_else(|| panic!("not observed"));
+        assert_eq!(seen.build_id, "b1");
         assert_eq!(seen.temporal_namespace.as_deref(), Some("tns"));
         assert!(seen.connection_hash.is_some() && seen.template_digest.is_some());
+        assert_eq!((seen.replicas, seen.ready_replicas), (2, 1));
+        assert!(seen.available_since.is_none() && seen.unavailable_since.is_some());
+    }
+
+    #[test]
+    fn a_deployment_without_spec_or_status_is_read() {
+        let cached: CachedDeployment = serde_json::from_value(json!({
+            "metadata": {"name": "d", "namespace": "ns",
+                "labels": {(twc_api::labels::BUILD_ID): "b"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let seen = observe(&cached).unwrap_or_else(|| panic!("not observed"));
+        assert_eq!((seen.spec_replicas, seen.replicas), (None, 0));
+        assert_eq!(seen.temporal_namespace, None);
     }
 }

@@ -11,12 +11,10 @@ use std::future::Future;
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{self, Controller};
-use kube::runtime::events::{Recorder, Reporter};
 use kube::runtime::reflector::{self, ObjectRef, Store, store::Writer};
 use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
@@ -25,6 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
 
 use crate::access::Access;
+use crate::children::CachedDeployment;
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
 use crate::scoped::{Scoped, Synced};
@@ -205,22 +204,13 @@ fn wd_predicate(wd: &WorkerDeployment) -> Option<u64> {
 
 /// What the WorkerDeployment reconciler reads from a versioned Deployment: its spec
 /// generation, availability and replica counts (not every status heartbeat).
-fn deployment_predicate(d: &Deployment) -> Option<u64> {
+fn deployment_predicate(d: &CachedDeployment) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     let mut h = std::collections::hash_map::DefaultHasher::new();
     d.metadata.generation.hash(&mut h);
     d.metadata.deletion_timestamp.is_some().hash(&mut h);
-    if let Some(s) = &d.status {
-        (s.replicas, s.ready_replicas, s.available_replicas).hash(&mut h);
-        for c in s
-            .conditions
-            .iter()
-            .flatten()
-            .filter(|c| c.type_ == "Available")
-        {
-            c.status.hash(&mut h);
-        }
-    }
+    (d.replicas, d.ready_replicas, d.available_replicas).hash(&mut h);
+    d.available.as_ref().map(|(status, _)| status).hash(&mut h);
     Some(h.finish())
 }
 
@@ -271,7 +261,7 @@ fn objects<K: Clone>(event: &Event<K>) -> Vec<K> {
 struct ScopeCaches {
     scope: Scope,
     connections: Store<Connection>,
-    deployments: Store<Deployment>,
+    deployments: Store<CachedDeployment>,
     secrets: Store<PartialObjectMeta<Secret>>,
     templates: Store<twc_api::WorkerResourceTemplate>,
     wd_tx: UnboundedSender<ObjectRef<WorkerDeployment>>,
@@ -282,7 +272,7 @@ struct ScopeCaches {
 /// What the watches of a scope take: the cache writers and the trigger receivers.
 struct ScopeWriters {
     connections: Writer<Connection>,
-    deployments: Writer<Deployment>,
+    deployments: Writer<CachedDeployment>,
     secrets: Writer<PartialObjectMeta<Secret>>,
     templates: Writer<twc_api::WorkerResourceTemplate>,
     wd_rx: UnboundedReceiver<ObjectRef<WorkerDeployment>>,
@@ -371,13 +361,7 @@ async fn run_controllers(
         cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
         access: access.clone(),
     };
-    let recorder = Recorder::new(
-        client.clone(),
-        Reporter {
-            controller: config.reporter.clone(),
-            instance: None,
-        },
-    );
+    let recorder = crate::events::Recorder::new(client.clone(), config.reporter.clone(), None);
     let deployments = scoped(&caches, |c| &c.deployments);
     let secret_meta = scoped(&caches, |c| &c.secrets);
     let templates = scoped(&caches, |c| &c.templates);
@@ -546,12 +530,11 @@ async fn run_controllers(
         // Versioned Deployments (only ours, by label).
         let t = wrt_triggers.clone();
         let deployments = watcher::watcher(
-            api::<Deployment>(&client, scope),
+            api::<CachedDeployment>(&client, scope),
             watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
         .modify(trim)
-        .modify(crate::children::trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw("apps", "deployments", sc.as_deref(), item)
@@ -562,7 +545,7 @@ async fn run_controllers(
         .predicate_filter(deployment_predicate, Default::default())
         .inspect_ok({
             let queue = ctx.queue.clone();
-            move |d: &Deployment| {
+            move |d: &CachedDeployment| {
                 let owner = d
                     .owner_references()
                     .iter()

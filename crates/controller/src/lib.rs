@@ -8,6 +8,7 @@ pub mod config;
 pub mod connections;
 pub mod controller;
 pub mod error;
+pub mod events;
 pub mod health;
 pub mod leader;
 pub mod manager;

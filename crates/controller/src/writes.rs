@@ -6,11 +6,12 @@ use std::fmt::Debug;
 use std::sync::{Arc, Mutex};
 
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::events::{Event, EventType, Recorder};
 use kube::{Resource, ResourceExt};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+
+use crate::events::{Event, EventType, Recorder};
 
 /// The field manager of every write.
 pub const MANAGER: &str = "temporal-worker-controller";
@@ -29,7 +30,6 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         reason: reason.into(),
         note: Some(note),
         action: "Reconcile".into(),
-        secondary: None,
     };
     if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
         tracing::debug!("cannot publish event: {e}");

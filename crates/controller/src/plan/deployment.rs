@@ -330,7 +330,7 @@ pub fn with_replicas(mut d: Deployment, replicas: i32) -> Deployment {
 }
 
 /// A build ID's Deployment can be addressed by these.
-pub fn is_owned_by(d: &Deployment, wd: &WorkerDeployment) -> bool {
+pub fn is_owned_by<K: Resource>(d: &K, wd: &WorkerDeployment) -> bool {
     let uid = wd.meta().uid.clone();
     d.owner_references()
         .iter()

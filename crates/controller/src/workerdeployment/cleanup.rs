@@ -3,11 +3,11 @@
 //! it the WorkerDeployment's hold on its connection). A cleanup that cannot run waits, with a
 //! Warning saying how to get out; one that has nothing to clean says so and lets go.
 
+use crate::events::EventType;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PropagationPolicy};
 use kube::runtime::controller::Action;
-use kube::runtime::events::EventType;
 use std::time::SystemTime;
 
 use twc_api::conditions::{READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE};
@@ -176,7 +176,7 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .deployments
         .in_namespace(&ns)
         .iter()
-        .filter(|d| plan::deployment::is_owned_by(d, wd))
+        .filter(|d| plan::deployment::is_owned_by(d.as_ref(), wd))
         .map(|d| {
             let build = d
                 .labels()

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use kube::runtime::events::EventType;
+use crate::events::EventType;
 use twc_api::conditions::{READY, ROLLED_BACK, VERSIONS_KEPT, VERSIONS_KNOWN};
 use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus, controls};
 

@@ -117,10 +117,10 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         });
     }
     for build in &plan.reconnect {
-        // The cache keeps only part of a template (`children::trim`): the whole Deployment
-        // is read, as the apiserver has it now.
+        // The cache keeps only part of a Deployment (`children::CachedDeployment`): the whole
+        // one is read, as the apiserver has it now.
         let cached = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
-            plan::deployment::is_owned_by(d, wd)
+            plan::deployment::is_owned_by(d.as_ref(), wd)
                 && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
         });
         // (A list by name: the controller's RBAC has list, not get, on Deployments.)

@@ -18,11 +18,10 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use crate::events::{EventType, Recorder};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
 use kube::{Client, ResourceExt};
 use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
 
@@ -51,7 +50,7 @@ pub struct Context {
     pub client: Client,
     pub pool: ClientPool,
     pub stores: ConnectionStores,
-    pub deployments: Scoped<Deployment>,
+    pub deployments: Scoped<crate::children::CachedDeployment>,
     pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
     /// WorkerResourceTemplates (one scaling the versions takes `replicas` over).
     pub templates: Scoped<twc_api::WorkerResourceTemplate>,

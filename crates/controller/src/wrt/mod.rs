@@ -19,7 +19,6 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use kube::Resource;
 use kube::ResourceExt;
 use kube::runtime::reflector::{ObjectRef, Store};
@@ -126,7 +125,7 @@ impl Triggers {
     }
 
     /// A versioned Deployment event: created, deleting or deleted.
-    pub fn deployment(&self, event: &Event<Deployment>) {
+    pub fn deployment(&self, event: &Event<crate::children::CachedDeployment>) {
         Self::each(event, |d, deleted| {
             let Some(owner) = d
                 .owner_references()

@@ -7,12 +7,11 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use crate::events::{EventType, Recorder};
 use kube::api::{Api, ApiResource, DeleteParams, DynamicObject, Patch, PatchParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::Scope;
 use kube::runtime::controller::Action;
-use kube::runtime::events::{EventType, Recorder};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
@@ -86,7 +85,7 @@ pub struct Context {
     /// Open once the WorkerDeployment and Deployment caches below have been filled.
     pub synced: crate::scoped::Synced,
     pub worker_deployments: Store<WorkerDeployment>,
-    pub deployments: Store<Deployment>,
+    pub deployments: Store<crate::children::CachedDeployment>,
     pub recorder: Recorder,
     pub discovery: Discovery,
     pub allowed_kinds: Vec<String>,
