@@ -76,6 +76,10 @@ impl Controller {
             "KUBECONFIG".into(),
             env.control_plane.kubeconfig_path.display().to_string(),
         ));
+        // The allocator's arenas, as the controller's image sets them (Dockerfile).
+        if let Ok(arenas) = std::env::var("MALLOC_ARENA_MAX") {
+            spec.env.push(("MALLOC_ARENA_MAX".into(), arenas));
+        }
         Ok(Self {
             process: ChildProcess::start(&spec)?,
             addr,
