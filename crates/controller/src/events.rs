@@ -77,11 +77,6 @@ impl Recorder {
         }
     }
 
-    /// How many published events are remembered for their series now.
-    pub fn remembered(&self) -> usize {
-        self.seen.lock().map(|s| s.events.len()).unwrap_or(0)
-    }
-
     /// Publishes `ev` about `regarding`, in the object's namespace (`default` for a
     /// cluster-scoped object): a new Event, or the next count of the same one's series.
     pub async fn publish(

@@ -3,7 +3,6 @@
 //! it the WorkerDeployment's hold on its connection). A cleanup that cannot run waits, with a
 //! Warning saying how to get out; one that has nothing to clean says so and lets go.
 
-use crate::events::EventType;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PropagationPolicy};
@@ -18,6 +17,7 @@ use crate::conditions::set_condition;
 use crate::config::Manager;
 use crate::connections;
 use crate::error::{Error, Result, Rpc};
+use crate::events::EventType;
 use crate::plan::{self, build_id};
 use crate::temporal::{Code, DeploymentState, Status, WorkerDeploymentRef};
 use crate::writes::{self, Swap};

@@ -5,12 +5,12 @@
 
 use std::collections::BTreeMap;
 
-use crate::events::EventType;
 use twc_api::conditions::{READY, ROLLED_BACK, VERSIONS_KEPT, VERSIONS_KNOWN};
 use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus, controls};
 
 use super::execute::{Applied, Done};
 use crate::error::{Error, Verdict};
+use crate::events::EventType;
 
 /// An event to publish about the WorkerDeployment.
 #[derive(Clone, Debug, PartialEq)]

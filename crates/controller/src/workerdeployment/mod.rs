@@ -18,7 +18,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
-use crate::events::{EventType, Recorder};
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::PartialObjectMeta;
 use kube::runtime::controller::Action;
@@ -28,6 +27,7 @@ use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus
 use crate::config::{Identity, Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
+use crate::events::{EventType, Recorder};
 use crate::metrics;
 use crate::plan::pace::{self, Pace};
 use crate::plan::{self, Observed, Plan};
