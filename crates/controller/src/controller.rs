@@ -26,7 +26,7 @@ use crate::access::Access;
 use crate::children::CachedDeployment;
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
-use crate::scoped::{Scoped, Synced};
+use crate::scoped::{Names, Scoped, Synced};
 use crate::temporal::pool::ClientPool;
 use crate::temporal::reads::{ReadConfig, Reads};
 use crate::workerdeployment;
@@ -262,8 +262,11 @@ struct ScopeCaches {
     scope: Scope,
     connections: Store<Connection>,
     deployments: Store<CachedDeployment>,
+    /// The names of the versioned Deployments by namespace, kept by their watch.
+    deployment_names: Names,
     secrets: Store<PartialObjectMeta<Secret>>,
     templates: Store<twc_api::WorkerResourceTemplate>,
+    template_names: Names,
     wd_tx: UnboundedSender<ObjectRef<WorkerDeployment>>,
     conn_tx: UnboundedSender<ObjectRef<Connection>>,
     writers: Option<ScopeWriters>,
@@ -291,8 +294,10 @@ impl ScopeCaches {
             scope,
             connections,
             deployments,
+            deployment_names: Names::default(),
             secrets,
             templates,
+            template_names: Names::default(),
             wd_tx,
             conn_tx,
             writers: Some(ScopeWriters {
@@ -331,6 +336,25 @@ where
     )
 }
 
+/// One kind's stores across every scope, with their name indexes.
+fn indexed<K>(
+    caches: &[ScopeCaches],
+    store: impl Fn(&ScopeCaches) -> (&Store<K>, &Names),
+) -> Scoped<K>
+where
+    K: Resource<DynamicType = ()> + Clone + 'static,
+{
+    Scoped::indexed(
+        caches
+            .iter()
+            .map(|c| {
+                let (s, n) = store(c);
+                (c.scope.clone(), s.clone(), n.clone())
+            })
+            .collect(),
+    )
+}
+
 async fn run_controllers(
     client: Client,
     config: Config,
@@ -362,9 +386,9 @@ async fn run_controllers(
         access: access.clone(),
     };
     let recorder = crate::events::Recorder::new(client.clone(), config.reporter.clone(), None);
-    let deployments = scoped(&caches, |c| &c.deployments);
+    let deployments = indexed(&caches, |c| (&c.deployments, &c.deployment_names));
     let secret_meta = scoped(&caches, |c| &c.secrets);
-    let templates = scoped(&caches, |c| &c.templates);
+    let templates = indexed(&caches, |c| (&c.templates, &c.template_names));
     // One task waits for every cache the WorkerDeployment reconciles read, then opens their gate.
     let (synced, open) = {
         let (stores, deployments, secret_meta, templates) = (
@@ -514,7 +538,18 @@ async fn run_controllers(
         // its versioned Deployments.
         let (wrt_reader, wrt_writer) = (cache.templates.clone(), writers.templates);
         let (wrt_tx, wrt_rx) = unbounded_channel();
-        let wrt_triggers = crate::wrt::Triggers::new(wrt_reader.clone(), wrt_tx);
+        // This scope's caches, found by namespace through their indexes.
+        let scope_templates = Scoped::indexed(vec![(
+            scope.clone(),
+            wrt_reader.clone(),
+            cache.template_names.clone(),
+        )]);
+        let scope_deployments = Scoped::indexed(vec![(
+            scope.clone(),
+            cache.deployments.clone(),
+            cache.deployment_names.clone(),
+        )]);
+        let wrt_triggers = crate::wrt::Triggers::new(scope_templates, wrt_tx);
 
         // WorkerDeployments triggered count in the queue-depth metric while they exist.
         let (wd_reader, wd_writer) = reflector::store::<WorkerDeployment>();
@@ -538,6 +573,10 @@ async fn run_controllers(
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());
             move |item| access.saw("apps", "deployments", sc.as_deref(), item)
+        })
+        .inspect_ok({
+            let names = cache.deployment_names.clone();
+            move |ev| names.apply(ev)
         })
         .reflect(writers.deployments)
         .inspect_ok(move |ev| t.deployment(ev))
@@ -602,7 +641,7 @@ async fn run_controllers(
             client: client.clone(),
             synced: wrt_synced,
             worker_deployments: wd_reader.clone(),
-            deployments: cache.deployments.clone(),
+            deployments: scope_deployments,
             recorder: ctx.recorder.clone(),
             discovery: discovery.clone(),
             allowed_kinds: config.wrt_allowed_kinds.clone(),
@@ -646,6 +685,10 @@ async fn run_controllers(
                     item,
                 )
             }
+        })
+        .inspect_ok({
+            let names = cache.template_names.clone();
+            move |ev| names.apply(ev)
         })
         .reflect(wrt_writer)
         .inspect_ok({

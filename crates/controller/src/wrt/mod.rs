@@ -21,10 +21,12 @@ use std::sync::{Arc, Mutex};
 
 use kube::Resource;
 use kube::ResourceExt;
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 use tokio::sync::mpsc::UnboundedSender;
 use twc_api::{WorkerDeployment, WorkerResourceTemplate};
+
+use crate::scoped::Scoped;
 
 pub use reconcile::{Context, Discovery, error_policy, reconcile};
 
@@ -61,14 +63,14 @@ pub fn predicate(wrt: &WorkerResourceTemplate) -> Option<u64> {
 /// appears, changes in a way that matters, or goes; found in the templates' watch cache.
 #[derive(Clone)]
 pub struct Triggers {
-    templates: Store<WorkerResourceTemplate>,
+    templates: Scoped<WorkerResourceTemplate>,
     tx: UnboundedSender<ObjectRef<WorkerResourceTemplate>>,
     seen: Arc<Mutex<HashMap<String, u64>>>,
 }
 
 impl Triggers {
     pub fn new(
-        templates: Store<WorkerResourceTemplate>,
+        templates: Scoped<WorkerResourceTemplate>,
         tx: UnboundedSender<ObjectRef<WorkerResourceTemplate>>,
     ) -> Self {
         Self {
@@ -79,10 +81,8 @@ impl Triggers {
     }
 
     fn notify(&self, namespace: &str, worker_deployment: &str) {
-        for t in self.templates.state() {
-            if t.namespace().as_deref() == Some(namespace)
-                && t.spec.worker_deployment_name() == Some(worker_deployment)
-            {
+        for t in self.templates.in_namespace(namespace) {
+            if t.spec.worker_deployment_name() == Some(worker_deployment) {
                 let _ = self.tx.send(ObjectRef::from_obj(t.as_ref()));
             }
         }

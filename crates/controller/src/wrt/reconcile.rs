@@ -85,7 +85,8 @@ pub struct Context {
     /// Open once the WorkerDeployment and Deployment caches below have been filled.
     pub synced: crate::scoped::Synced,
     pub worker_deployments: Store<WorkerDeployment>,
-    pub deployments: Store<crate::children::CachedDeployment>,
+    /// The scope's versioned Deployments, found by namespace.
+    pub deployments: crate::scoped::Scoped<crate::children::CachedDeployment>,
     pub recorder: Recorder,
     pub discovery: Discovery,
     pub allowed_kinds: Vec<String>,
@@ -192,8 +193,7 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
         temporal_namespace: wd.spec.worker_options.temporal_namespace.clone(),
         owner,
     });
-    let deployments = ctx.deployments.state();
-    observed.versions = crate::children::owned_in(&wd, deployments.iter().map(AsRef::as_ref))
+    observed.versions = crate::children::owned(&wd, &ctx.deployments)
         .into_values()
         .map(|d| (d.build_id, d.name))
         .collect();
