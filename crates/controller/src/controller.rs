@@ -443,6 +443,7 @@ async fn run_controllers(
                 Some(wake),
             )
         },
+        pods: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),

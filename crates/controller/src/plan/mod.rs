@@ -5,6 +5,7 @@ pub mod build_id;
 pub mod deployment;
 pub mod guard;
 pub mod pace;
+pub mod pods;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

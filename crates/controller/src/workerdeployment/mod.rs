@@ -30,6 +30,7 @@ use crate::error::{Error, Result, Retry, Streak};
 use crate::events::{EventType, Recorder};
 use crate::metrics;
 use crate::plan::pace::{self, Pace};
+use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
@@ -72,12 +73,31 @@ pub struct Context {
     pub cert_warned: Mutex<HashMap<String, SystemTime>>,
     /// Read budgets, listings and the last state read per WorkerDeployment.
     pub reads: Reads,
+    /// What the last list of each waiting target's pods found (`namespace/name`).
+    pub pods: Mutex<HashMap<String, PodsSeen>>,
 }
 
 impl Context {
     /// The identity of every Temporal write.
     pub fn identity(&self) -> &str {
         &self.identity.own
+    }
+
+    /// What the last list of the target's pods of `key` found.
+    fn pods_seen(&self, key: &str) -> Option<PodsSeen> {
+        self.pods.lock().ok()?.get(key).cloned()
+    }
+
+    fn remember_pods(&self, key: String, seen: PodsSeen) {
+        if let Ok(mut pods) = self.pods.lock() {
+            pods.insert(key, seen);
+        }
+    }
+
+    fn forget_pods(&self, key: &str) {
+        if let Ok(mut pods) = self.pods.lock() {
+            pods.remove(key);
+        }
     }
 
     /// Records how a reconcile of `wd` ended; returns its failure streak, this one included.
@@ -226,6 +246,7 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
 /// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
 async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     ctx.reads.forget(&key(wd));
+    ctx.forget_pods(&key(wd));
     if let Ok(mut warned) = ctx.cert_warned.lock() {
         warned.remove(&key(wd));
     }

@@ -93,20 +93,27 @@ pub fn kubernetes(wd: &WorkerDeployment, ctx: &Context, now: SystemTime) -> Obse
     }
 }
 
-/// The target's containers that are not ready, with the kubelet's reasons: listed only while
-/// the target's Deployment has fewer ready pods than it wants (a failed list reads as no
-/// trouble: the rollout still waits, only less is said).
+/// The target's containers that are not ready, with the kubelet's reasons: looked at only
+/// while the target's Deployment has fewer ready pods than it wants, and listed again only
+/// when [`plan::pods::due`] (a failed list reads as no trouble: the rollout still waits, only
+/// less is said). The list is served from the apiserver's watch cache.
 pub async fn target_pods(
     wd: &WorkerDeployment,
     ctx: &Context,
     observed: &mut Observed,
     target: &str,
 ) {
-    let Some(d) = observed.deployments.get(target) else {
+    let key = super::key(wd);
+    let Some(d) = observed.deployments.get(target).filter(|d| {
+        let wanted = d.spec_replicas.unwrap_or(d.replicas);
+        wanted > 0 && d.ready_replicas < wanted
+    }) else {
+        ctx.forget_pods(&key);
         return;
     };
-    let wanted = d.spec_replicas.unwrap_or(d.replicas);
-    if wanted == 0 || d.ready_replicas >= wanted {
+    let seen = ctx.pods_seen(&key);
+    if !plan::pods::due(seen.as_ref(), target, d, observed.now) {
+        observed.target_pods = seen.map(|s| s.troubles).unwrap_or_default();
         return;
     }
     let ns = wd.namespace().unwrap_or_default();
@@ -116,8 +123,16 @@ pub async fn target_pods(
         .collect::<Vec<_>>()
         .join(",");
     let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    match api.list(&ListParams::default().labels(&selector)).await {
-        Ok(pods) => observed.target_pods = pods.items.iter().flat_map(troubles).collect(),
+    let listed = api
+        .list(&ListParams::default().labels(&selector).match_any())
+        .await;
+    match listed {
+        Ok(pods) => {
+            let troubles: Vec<PodTrouble> = pods.items.iter().flat_map(troubles).collect();
+            let next = plan::pods::after_list(seen.as_ref(), target, d, troubles, observed.now);
+            observed.target_pods = next.troubles.clone();
+            ctx.remember_pods(key, next);
+        }
         Err(e) => tracing::debug!(namespace = ns, "cannot list the target's pods: {e}"),
     }
 }
