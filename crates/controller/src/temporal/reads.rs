@@ -230,13 +230,27 @@ pub fn may_reuse(
     }
 }
 
-/// The priority of the read that replaces `r`: moving unless it was read at rest.
-pub fn priority(r: Option<&Remembered>, generation: Option<i64>) -> Priority {
+/// The priority of the read that replaces `r` for `wd`: moving unless it was read at rest.
+/// With nothing remembered (after a restart, or a leadership gain), `wd`'s status says: at
+/// rest if its target is current for the spec as it is, so the first pass over thousands at
+/// rest does not hold back the rollouts in motion and the specs just changed.
+pub fn priority(r: Option<&Remembered>, wd: &twc_api::WorkerDeployment) -> Priority {
+    let generation = wd.metadata.generation;
     match r {
         Some(r)
             if r.generation == generation
                 && matches!(r.reuse, Reuse::Until(_))
                 && r.state.current_build_id.as_deref() == Some(r.target_build.as_str()) =>
+        {
+            Priority::Steady
+        }
+        None if wd.status.as_ref().is_some_and(|s| {
+            s.observed_generation.is_some()
+                && s.observed_generation == generation
+                && s.target_version
+                    .as_ref()
+                    .is_some_and(|t| t.base.status == twc_api::VersionStatus::Current)
+        }) =>
         {
             Priority::Steady
         }
@@ -529,24 +543,60 @@ mod tests {
 
     #[test]
     fn reads_of_rollouts_in_motion_go_first() {
-        assert_eq!(priority(None, Some(1)), Priority::Moving);
+        let wd = |generation: i64| {
+            let mut wd = twc_api::WorkerDeployment::new("wd", Default::default());
+            wd.metadata.generation = Some(generation);
+            wd
+        };
+        assert_eq!(priority(None, &wd(1)), Priority::Moving);
         let at_rest = remembered(Reuse::Until(None));
-        assert_eq!(priority(Some(&at_rest), Some(2)), Priority::Steady);
+        assert_eq!(priority(Some(&at_rest), &wd(2)), Priority::Steady);
         assert_eq!(
-            priority(Some(&at_rest), Some(3)),
+            priority(Some(&at_rest), &wd(3)),
             Priority::Moving,
             "a new spec"
         );
         assert_eq!(
-            priority(Some(&remembered(Reuse::Never)), Some(2)),
+            priority(Some(&remembered(Reuse::Never)), &wd(2)),
             Priority::Moving
         );
         let mut rolling = remembered(Reuse::Until(Some(at(40))));
         rolling.target_build = "b2".into();
         assert_eq!(
-            priority(Some(&rolling), Some(2)),
+            priority(Some(&rolling), &wd(2)),
             Priority::Moving,
             "a ramp step"
+        );
+    }
+
+    #[test]
+    fn after_a_restart_the_status_says_whether_a_read_is_at_rest() {
+        use twc_api::{TargetWorkerDeploymentVersion, VersionStatus, WorkerDeploymentStatus};
+        let wd = |generation: i64, observed: i64, target: VersionStatus| {
+            let mut wd = twc_api::WorkerDeployment::new("wd", Default::default());
+            wd.metadata.generation = Some(generation);
+            let mut t = TargetWorkerDeploymentVersion::default();
+            t.base.status = target;
+            wd.status = Some(WorkerDeploymentStatus {
+                observed_generation: Some(observed),
+                target_version: Some(t),
+                ..Default::default()
+            });
+            wd
+        };
+        assert_eq!(
+            priority(None, &wd(4, 4, VersionStatus::Current)),
+            Priority::Steady
+        );
+        assert_eq!(
+            priority(None, &wd(5, 4, VersionStatus::Current)),
+            Priority::Moving,
+            "a spec changed while the controller was away"
+        );
+        assert_eq!(
+            priority(None, &wd(4, 4, VersionStatus::Ramping)),
+            Priority::Moving,
+            "a ramp"
         );
     }
 

@@ -416,8 +416,10 @@ async fn pipeline(
 }
 
 /// Observes and plans: on the last state read when nothing says it changed (see
-/// [`reads::may_reuse`]), else on a new read. A plan that writes Temporal or stops workers
-/// is always made again on a new read. Returns whether the state was read in this pass.
+/// [`reads::may_reuse`]), or on the namespace's listing when it shows no such worker
+/// deployment and no workers of it are up (see [`absent_from`]), else on a new read. A plan
+/// that writes Temporal or stops workers is always made again on a new read. Returns whether
+/// the state was read in this pass.
 async fn observe_and_plan(
     wd: &WorkerDeployment,
     ctx: &Context,
@@ -428,28 +430,45 @@ async fn observe_and_plan(
     let first = observe::kubernetes(wd, ctx, now);
     let target = plan::target(wd, &first.deployments).0;
     let remembered = ctx.reads.recall(&key(wd));
-    let generation = wd.metadata.generation;
-    let reused = match &remembered {
-        Some(r) if matches!(r.reuse, pace::Reuse::Until(_)) => {
-            let listing = ctx.reads.listing(&temporal.conn, &temporal.pool_key).await;
-            let asking = Asking {
-                pool_key: &temporal.pool_key,
-                target_build: &target,
-                target_up: plan::workers_up(&first.deployments, &target),
-                now,
-            };
-            reads::may_reuse(r, &asking, listing.as_ref(), &temporal.deployment_name)
+    let reusable = remembered
+        .as_ref()
+        .filter(|r| matches!(r.reuse, pace::Reuse::Until(_)));
+    let listing = if reusable.is_some() || !any_workers_up(&first) {
+        ctx.reads.listing(&temporal.conn, &temporal.pool_key).await
+    } else {
+        None
+    };
+    let stand_in = match reusable {
+        Some(r)
+            if reads::may_reuse(
+                r,
+                &Asking {
+                    pool_key: &temporal.pool_key,
+                    target_build: &target,
+                    target_up: plan::workers_up(&first.deployments, &target),
+                    now,
+                },
+                listing.as_ref(),
+                &temporal.deployment_name,
+            ) =>
+        {
+            let same_target = r.target_build == target;
+            Some((r.state.clone(), same_target.then(|| r.target.clone())))
         }
-        _ => false,
+        _ => None,
     };
     // The caches again, after the waits above: the plan acts on the Kubernetes state as it is
     // now (a scaler that appeared, replicas someone else set), not as it was before the reads.
     let mut observed = observe::kubernetes(wd, ctx, now);
+    let stand_in = stand_in.or_else(|| {
+        absent_from(listing.as_ref(), &temporal.deployment_name, &observed)
+            .then(|| (crate::temporal::DeploymentState::default(), None))
+    });
     observe::target_pods(wd, ctx, &mut observed, &target).await;
-    if let (true, Some(r)) = (reused, &remembered) {
-        observed.temporal = r.state.clone();
-        if r.target_build == target {
-            observed.target = r.target.clone();
+    if let Some((state, target_observed)) = stand_in {
+        observed.temporal = state;
+        if let Some(t) = target_observed {
+            observed.target = t;
         }
         let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
         if !plan.needs_fresh_state() {
@@ -457,7 +476,7 @@ async fn observe_and_plan(
             return Ok((observed, plan, false));
         }
     }
-    let priority = reads::priority(remembered.as_ref(), generation);
+    let priority = reads::priority(remembered.as_ref(), wd);
     let (state, target_observed) =
         observe::read_temporal(wd, ctx, temporal, &target, priority, now).await?;
     metrics::global().state_read(false);
@@ -468,6 +487,23 @@ async fn observe_and_plan(
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
     Ok((observed, plan, true))
+}
+
+/// Whether any versioned Deployment of the observed ones has its workers up.
+fn any_workers_up(observed: &Observed) -> bool {
+    observed
+        .deployments
+        .keys()
+        .any(|b| plan::workers_up(&observed.deployments, b))
+}
+
+/// Whether the worker deployment `name` is known not to exist: the namespace's listing does
+/// not show it, and none of its versions' workers are up (only their pollers would make it
+/// since the listing). Then it reads as a describe answering `NotFound` would, with no read:
+/// a new WorkerDeployment gets its first Deployment, and thousands whose pods never start
+/// wait, without a read each.
+fn absent_from(listing: Option<&reads::Listing>, name: &str, observed: &Observed) -> bool {
+    listing.is_some_and(|l| !l.deployments.contains_key(name)) && !any_workers_up(observed)
 }
 
 /// Records the versions by status and the ramp of a WorkerDeployment's new status.
