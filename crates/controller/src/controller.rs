@@ -315,7 +315,7 @@ impl ScopeCaches {
 /// Drops what no cache reader looks at before an object is stored: `managedFields` (often
 /// larger than the rest of the object) and kubectl's copy of the last applied manifest (the
 /// whole spec again). With thousands of WorkerDeployments this is most of the memory.
-fn trim<K: Resource>(obj: &mut K) {
+pub(crate) fn trim<K: Resource>(obj: &mut K) {
     let meta = obj.meta_mut();
     meta.managed_fields = None;
     if let Some(a) = meta.annotations.as_mut() {
@@ -615,8 +615,9 @@ async fn run_controllers(
         })
         .reflect(wd_writer)
         .inspect_ok({
-            let queue = ctx.queue.clone();
+            let (queue, ctx) = (ctx.queue.clone(), ctx.clone());
             move |ev| {
+                ctx.own.seen(ev);
                 wrt_triggers.worker_deployment(ev);
                 if let Event::Delete(wd) = ev {
                     // Gone before its reconcile: no longer waiting.
@@ -692,6 +693,10 @@ async fn run_controllers(
             move |ev| names.apply(ev)
         })
         .reflect(wrt_writer)
+        .inspect_ok({
+            let wrt_ctx = wrt_ctx.clone();
+            move |ev| wrt_ctx.own.seen(ev)
+        })
         .inspect_ok({
             // A template that scales the versions takes `replicas` over: its WorkerDeployment
             // re-plans on the template's creation, spec changes and deletion.

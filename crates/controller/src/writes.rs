@@ -72,8 +72,10 @@ where
 /// status would lose what was just written: transition times restart, events derived from
 /// the status change are published twice. So each write is remembered with the
 /// resourceVersions it replaced, and [`OwnWrites::freshest`] hands out the written copy while
-/// the cache still holds one of those. Only this process's own writes are remembered; a copy
-/// the cache has moved past is dropped on the next look.
+/// the cache still holds one of those. Only this process's own writes are remembered, trimmed
+/// as the cache trims its copies, and only until the watch shows the write or anything newer
+/// ([`OwnWrites::seen`]): with thousands of objects, a copy of each kept until its next
+/// reconcile was more memory than the caches.
 pub struct OwnWrites<K> {
     memos: Mutex<HashMap<String, Memo<K>>>,
 }
@@ -115,10 +117,11 @@ impl<K: Resource> OwnWrites<K> {
     }
 
     /// Remembers that `from` (the copy a reconcile read) was replaced by `written`.
-    pub fn wrote(&self, from: &K, written: K) {
+    pub fn wrote(&self, from: &K, mut written: K) {
         let (Some(uid), Ok(mut memos)) = (from.meta().uid.clone(), self.memos.lock()) else {
             return;
         };
+        crate::controller::trim(&mut written);
         let mut older = memos.remove(&uid).map_or_else(Vec::new, |m| {
             let mut older = m.older;
             older.extend(m.written.meta().resource_version.clone());
@@ -135,6 +138,29 @@ impl<K: Resource> OwnWrites<K> {
                 written: Arc::new(written),
             },
         );
+    }
+
+    /// Follows the watch that feeds the cache, after the cache applied `event`: a memo whose
+    /// object the cache now holds at a resourceVersion it did not replace is dropped.
+    pub fn seen(&self, event: &kube::runtime::watcher::Event<K>) {
+        use kube::runtime::watcher::Event;
+        let (obj, gone) = match event {
+            Event::Apply(o) | Event::InitApply(o) => (o, false),
+            Event::Delete(o) => (o, true),
+            Event::Init | Event::InitDone => return,
+        };
+        let (Some(uid), Ok(mut memos)) = (obj.meta().uid.as_ref(), self.memos.lock()) else {
+            return;
+        };
+        let older = |m: &Memo<K>| {
+            obj.meta()
+                .resource_version
+                .as_ref()
+                .is_some_and(|rv| m.older.contains(rv))
+        };
+        if memos.get(uid).is_some_and(|m| gone || !older(m)) {
+            memos.remove(uid);
+        }
     }
 
     /// Forgets `obj` (it is gone, or its last reconcile ended).
@@ -244,6 +270,27 @@ mod tests {
             note(&own.freshest(Arc::new(copy("11", "cached")))),
             "cached"
         );
+        assert!(own.is_empty());
+    }
+
+    #[test]
+    fn a_memo_goes_as_soon_as_the_watch_shows_the_write_and_is_kept_trimmed() {
+        use kube::runtime::watcher::Event;
+        let own = OwnWrites::default();
+        let mut written = copy("11", "written");
+        written.metadata.managed_fields = Some(vec![Default::default()]);
+        own.wrote(&copy("10", "read"), written);
+        // An event of the copy the write replaced: kept, and handed out without managedFields.
+        own.seen(&Event::Apply(copy("10", "late")));
+        let freshest = own.freshest(Arc::new(copy("10", "read")));
+        assert_eq!(note(&freshest), "written");
+        assert!(freshest.metadata.managed_fields.is_none());
+        // The watch shows the write: gone before any reconcile looks.
+        own.seen(&Event::Apply(copy("11", "cached")));
+        assert!(own.is_empty());
+        // A deletion drops it too.
+        own.wrote(&copy("11", "read"), copy("12", "written"));
+        own.seen(&Event::Delete(copy("11", "read")));
         assert!(own.is_empty());
     }
 
