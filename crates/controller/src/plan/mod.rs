@@ -58,6 +58,8 @@ pub struct Observed {
     /// The target's containers that are not ready and say why (listed only while its pods
     /// are not all ready).
     pub target_pods: Vec<PodTrouble>,
+    /// When the target's pods are listed again, while they are being looked at.
+    pub pods_due: Option<SystemTime>,
 }
 
 /// A container of the target's pods that is not ready, with the kubelet's reason.
@@ -99,6 +101,7 @@ impl Observed {
             target: TargetObserved::default(),
             autoscaled: false,
             target_pods: Vec::new(),
+            pods_due: None,
         }
     }
 }

@@ -4,7 +4,8 @@
 //! - after a write to Temporal, or while the target's workers are up but not registered:
 //!   read again at the fast poll (the next change is seconds away);
 //! - while the target's workers are not up: nothing in Temporal can move for it, so no read
-//!   until its Deployment changes (the watch wakes the reconcile);
+//!   until its Deployment changes (the watch wakes the reconcile); and no reconcile before its
+//!   pods are listed again ([`super::pods`]) or a deadline falls due, however long that is;
 //! - during a ramp step: no read until the step ends (its end is known), unless the step's
 //!   gate runs (read at the fast poll: it may end, or fail, any moment);
 //! - while older versions drain: read at the pace Temporal refreshes drainage
@@ -73,6 +74,7 @@ pub fn pace(
     let ramping = state.ramping_build_id.as_deref() == Some(target);
     let mut until = plan.wake_at;
     let mut by = |t: SystemTime| until = Some(until.map_or(t, |u| u.min(t)));
+    let mut waiting_for_pods = false;
     // A failed target, or a paused rollout, waits for a person: only drainage moves by itself.
     let held = plan.failure.is_some() || plan.controls.paused;
     if held {
@@ -82,9 +84,9 @@ pub fn pace(
             // Its pollers come any moment.
             VersionStatus::NotRegistered if up => return fast,
             // Waiting for its pods: the Deployment's change wakes the reconcile.
-            VersionStatus::NotRegistered => {}
+            VersionStatus::NotRegistered => waiting_for_pods = true,
             // Registered, waiting for its pods.
-            _ if !up => {}
+            _ if !up => waiting_for_pods = true,
             // A person promotes by hand: that changes the routing, which the listing shows.
             // Its own status may change too (a gate's pinned run drains it): read at the
             // drainage pace.
@@ -109,10 +111,20 @@ pub fn pace(
     {
         by(now + intervals.drainage);
     }
+    // Waiting for pods, the next thing that can happen unannounced is their next list (the
+    // Deployment's changes, the listing's and the connection's come as events): thousands of
+    // WorkerDeployments whose pods never come are not reconciled every steady interval.
+    let ceiling = match observed.pods_due.filter(|_| waiting_for_pods) {
+        Some(t) => t
+            .duration_since(now)
+            .unwrap_or_default()
+            .max(intervals.steady),
+        None => intervals.steady,
+    };
     let requeue = until
         .map(|t| t.duration_since(now).unwrap_or_default())
-        .unwrap_or(intervals.steady)
-        .clamp(MIN_REQUEUE, intervals.steady.max(MIN_REQUEUE));
+        .unwrap_or(ceiling)
+        .clamp(MIN_REQUEUE, ceiling.max(MIN_REQUEUE));
     Pace {
         requeue,
         reuse: Reuse::Until(until),

@@ -1238,6 +1238,30 @@ mod paced {
     }
 
     #[test]
+    fn a_target_waiting_for_its_pods_comes_back_when_they_are_listed_again_or_at_its_deadline() {
+        let wd = wd("AllAtOnce", "w:v2");
+        let target = target_of(&wd);
+        let mut o = world(&wd)
+            .at(t(60))
+            .deployment("old", Some(1))
+            .version("old", VersionStatus::Current)
+            .current("old")
+            .deployment(&target, Some(1))
+            .no_ready_pods(&target)
+            .build();
+        // Their troubles stand for five minutes: nothing to look at before.
+        o.pods_due = Some(t(360));
+        let (_, p) = paced(&wd, &o);
+        assert_eq!(p.requeue, Duration::from_secs(300));
+        // The deadline comes first.
+        o.pods_due = Some(t(1000));
+        assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(600));
+        // A list due sooner than the steady pace: the steady pace.
+        o.pods_due = Some(t(70));
+        assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(60));
+    }
+
+    #[test]
     fn a_target_whose_workers_are_up_waits_for_pollers_at_the_fast_pace() {
         let wd = wd("AllAtOnce", "w:v2");
         let target = target_of(&wd);

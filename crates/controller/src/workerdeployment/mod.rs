@@ -480,9 +480,10 @@ async fn observe_and_plan(
     let (state, target_observed) =
         observe::read_temporal(wd, ctx, temporal, &target, priority, now).await?;
     metrics::global().state_read(false);
-    let pods = std::mem::take(&mut observed.target_pods);
+    let (pods, pods_due) = (std::mem::take(&mut observed.target_pods), observed.pods_due);
     let mut observed = observe::kubernetes(wd, ctx, now);
     observed.target_pods = pods;
+    observed.pods_due = pods_due;
     observed.temporal = state;
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);

@@ -113,6 +113,7 @@ pub async fn target_pods(
     };
     let seen = ctx.pods_seen(&key);
     if !plan::pods::due(seen.as_ref(), target, d, observed.now) {
+        observed.pods_due = seen.as_ref().map(|s| s.listed_at + s.every);
         observed.target_pods = seen.map(|s| s.troubles).unwrap_or_default();
         return;
     }
@@ -131,6 +132,7 @@ pub async fn target_pods(
             let troubles: Vec<PodTrouble> = pods.items.iter().flat_map(troubles).collect();
             let next = plan::pods::after_list(seen.as_ref(), target, d, troubles, observed.now);
             observed.target_pods = next.troubles.clone();
+            observed.pods_due = Some(next.listed_at + next.every);
             ctx.remember_pods(key, next);
         }
         Err(e) => tracing::debug!(namespace = ns, "cannot list the target's pods: {e}"),
