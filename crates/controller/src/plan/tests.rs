@@ -1223,7 +1223,7 @@ mod paced {
     fn a_target_whose_workers_are_not_up_is_not_read_until_its_deployment_changes() {
         let wd = wd("AllAtOnce", "w:v2");
         let target = target_of(&wd);
-        let o = world(&wd)
+        let mut o = world(&wd)
             .at(t(60))
             .deployment("old", Some(1))
             .version("old", VersionStatus::Current)
@@ -1235,24 +1235,10 @@ mod paced {
         // Only its progress deadline, 600 s after it became the target, is known ahead.
         assert_eq!(p.reuse, Reuse::Until(Some(t(660))));
         assert_eq!(p.requeue, Duration::from_secs(60));
-    }
 
-    #[test]
-    fn a_target_waiting_for_its_pods_comes_back_when_they_are_listed_again_or_at_its_deadline() {
-        let wd = wd("AllAtOnce", "w:v2");
-        let target = target_of(&wd);
-        let mut o = world(&wd)
-            .at(t(60))
-            .deployment("old", Some(1))
-            .version("old", VersionStatus::Current)
-            .current("old")
-            .deployment(&target, Some(1))
-            .no_ready_pods(&target)
-            .build();
-        // Their troubles stand for five minutes: nothing to look at before.
+        // It comes back when its pods are listed again: their troubles stand five minutes.
         o.pods_due = Some(t(360));
-        let (_, p) = paced(&wd, &o);
-        assert_eq!(p.requeue, Duration::from_secs(300));
+        assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(300));
         // The deadline comes first.
         o.pods_due = Some(t(1000));
         assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(600));
