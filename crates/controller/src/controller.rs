@@ -26,7 +26,7 @@ use crate::access::Access;
 use crate::children::CachedDeployment;
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
-use crate::scoped::{Names, Scoped, Synced};
+use crate::scoped::{Names, Scoped, Synced, trim};
 use crate::temporal::pool::ClientPool;
 use crate::temporal::reads::{ReadConfig, Reads};
 use crate::workerdeployment;
@@ -309,17 +309,6 @@ impl ScopeCaches {
                 conn_rx,
             }),
         }
-    }
-}
-
-/// Drops what no cache reader looks at before an object is stored: `managedFields` (often
-/// larger than the rest of the object) and kubectl's copy of the last applied manifest (the
-/// whole spec again). With thousands of WorkerDeployments this is most of the memory.
-pub(crate) fn trim<K: Resource>(obj: &mut K) {
-    let meta = obj.meta_mut();
-    meta.managed_fields = None;
-    if let Some(a) = meta.annotations.as_mut() {
-        a.remove("kubectl.kubernetes.io/last-applied-configuration");
     }
 }
 

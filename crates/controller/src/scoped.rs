@@ -87,6 +87,17 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Scoped<K> {
     }
 }
 
+/// Drops what no cache reader looks at before an object is stored: `managedFields` (often
+/// larger than the rest of the object) and kubectl's copy of the last applied manifest (the
+/// whole spec again). With thousands of WorkerDeployments this is most of the memory.
+pub fn trim<K: Resource>(obj: &mut K) {
+    let meta = obj.meta_mut();
+    meta.managed_fields = None;
+    if let Some(a) = meta.annotations.as_mut() {
+        a.remove("kubectl.kubernetes.io/last-applied-configuration");
+    }
+}
+
 /// The names of a watch cache's objects by namespace, kept by the same watch as the cache:
 /// [`Names::apply`] sees each event just before the store does, so a name is indexed before
 /// its object is stored, and a relist replaces the index when it replaces the store.

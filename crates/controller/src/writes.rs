@@ -121,7 +121,7 @@ impl<K: Resource> OwnWrites<K> {
         let (Some(uid), Ok(mut memos)) = (from.meta().uid.clone(), self.memos.lock()) else {
             return;
         };
-        crate::controller::trim(&mut written);
+        crate::scoped::trim(&mut written);
         let mut older = memos.remove(&uid).map_or_else(Vec::new, |m| {
             let mut older = m.older;
             older.extend(m.written.meta().resource_version.clone());

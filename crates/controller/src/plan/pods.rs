@@ -32,6 +32,13 @@ pub struct PodsSeen {
     pub troubles: Vec<PodTrouble>,
 }
 
+impl PodsSeen {
+    /// When they are listed again if the Deployment does not change first.
+    pub fn due_at(&self) -> SystemTime {
+        self.listed_at + self.every
+    }
+}
+
 /// Whether the pods of `target`, whose Deployment is `deployment`, are listed at `now`
 /// (else `seen`'s troubles stand).
 pub fn due(
@@ -41,7 +48,7 @@ pub fn due(
     now: SystemTime,
 ) -> bool {
     seen.is_none_or(|s| {
-        s.target_build != target || &s.deployment != deployment || now >= s.listed_at + s.every
+        s.target_build != target || &s.deployment != deployment || now >= s.due_at()
     })
 }
 

@@ -480,10 +480,10 @@ async fn observe_and_plan(
     let (state, target_observed) =
         observe::read_temporal(wd, ctx, temporal, &target, priority, now).await?;
     metrics::global().state_read(false);
-    let (pods, pods_due) = (std::mem::take(&mut observed.target_pods), observed.pods_due);
-    let mut observed = observe::kubernetes(wd, ctx, now);
-    observed.target_pods = pods;
-    observed.pods_due = pods_due;
+    // The caches again after the read; the pods' troubles stand.
+    let again = observe::kubernetes(wd, ctx, now);
+    observed.deployments = again.deployments;
+    observed.autoscaled = again.autoscaled;
     observed.temporal = state;
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
@@ -527,6 +527,48 @@ fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_listing_without_it_and_no_workers_up_stand_for_not_found() {
+        use crate::plan::ObservedDeployment;
+        let listing = |names: &[&str]| reads::Listing {
+            at: SystemTime::UNIX_EPOCH,
+            deployments: Arc::new(
+                names
+                    .iter()
+                    .map(|n| (n.to_string(), Default::default()))
+                    .collect(),
+            ),
+        };
+        let mut observed = Observed::at(SystemTime::UNIX_EPOCH);
+        // Its Deployment is there, its pods are not ready.
+        observed.deployments.insert(
+            "b1".into(),
+            ObservedDeployment {
+                build_id: "b1".into(),
+                spec_replicas: Some(1),
+                replicas: 1,
+                ..Default::default()
+            },
+        );
+        assert!(absent_from(
+            Some(&listing(&["ns/other"])),
+            "ns/wd",
+            &observed
+        ));
+        assert!(!absent_from(Some(&listing(&["ns/wd"])), "ns/wd", &observed));
+        assert!(!absent_from(None, "ns/wd", &observed), "no listing: read");
+        // Its workers are up: their pollers may have made it since the listing.
+        if let Some(d) = observed.deployments.get_mut("b1") {
+            d.ready_replicas = 1;
+            d.available_since = Some(SystemTime::UNIX_EPOCH);
+        }
+        assert!(!absent_from(
+            Some(&listing(&["ns/other"])),
+            "ns/wd",
+            &observed
+        ));
+    }
 
     #[test]
     fn an_expiring_certificate_is_warned_of_once_a_day() {

@@ -16,6 +16,7 @@ use twc_api::{WorkerDeployment, WorkflowExecution};
 use super::Context;
 use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
+use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Observed, PodTrouble, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
@@ -113,7 +114,7 @@ pub async fn target_pods(
     };
     let seen = ctx.pods_seen(&key);
     if !plan::pods::due(seen.as_ref(), target, d, observed.now) {
-        observed.pods_due = seen.as_ref().map(|s| s.listed_at + s.every);
+        observed.pods_due = seen.as_ref().map(PodsSeen::due_at);
         observed.target_pods = seen.map(|s| s.troubles).unwrap_or_default();
         return;
     }
@@ -132,7 +133,7 @@ pub async fn target_pods(
             let troubles: Vec<PodTrouble> = pods.items.iter().flat_map(troubles).collect();
             let next = plan::pods::after_list(seen.as_ref(), target, d, troubles, observed.now);
             observed.target_pods = next.troubles.clone();
-            observed.pods_due = Some(next.listed_at + next.every);
+            observed.pods_due = Some(next.due_at());
             ctx.remember_pods(key, next);
         }
         Err(e) => tracing::debug!(namespace = ns, "cannot list the target's pods: {e}"),
