@@ -27,7 +27,7 @@ use crate::temporal::pool::PoolKey;
 pub enum Priority {
     /// A rollout in motion (a new spec, a version waiting for pollers, a ramp step).
     Moving,
-    /// Checks of deployments at rest, and the listing.
+    /// Checks of deployments at rest.
     Steady,
 }
 
@@ -162,6 +162,32 @@ pub struct Listing {
 #[derive(Default)]
 struct Directory {
     last: tokio::sync::Mutex<Last>,
+    /// A copy of the last listing, for the callers that come while another one refreshes it.
+    shown: Mutex<Option<Listing>>,
+}
+
+impl Directory {
+    /// The right to refresh the listing, or, while another caller holds it, the last listing
+    /// if it is younger than `within` (else waits for the right).
+    async fn enter(&self, within: Duration) -> Result<tokio::sync::MutexGuard<'_, Last>, Listing> {
+        if let Ok(last) = self.last.try_lock() {
+            return Ok(last);
+        }
+        let shown = self.shown.lock().ok().and_then(|shown| {
+            shown
+                .as_ref()
+                .filter(|l| {
+                    SystemTime::now()
+                        .duration_since(l.at)
+                        .is_ok_and(|age| age < within)
+                })
+                .cloned()
+        });
+        match shown {
+            Some(l) => Err(l),
+            None => Ok(self.last.lock().await),
+        }
+    }
 }
 
 #[derive(Default)]
@@ -302,15 +328,19 @@ impl Reads {
         self.budget(key).take(priority).await;
     }
 
-    /// The namespace's listing, refreshed first if older than `list_every` (one caller lists,
-    /// the others wait for it). None when the server cannot list.
+    /// The namespace's listing, refreshed first if older than `list_every`. One caller lists;
+    /// while it does, the others take the listing before it if that is younger than twice
+    /// `list_every`, and wait for the new one otherwise. None when the server cannot list.
     pub async fn listing(&self, conn: &Connection, key: &PoolKey) -> Option<Listing> {
         let dir = {
             let mut dirs = self.directories.lock().ok()?;
             dirs.entry(Self::scope(key)).or_default().clone()
         };
-        let mut last = dir.last.lock().await;
         let every = self.config.list_every;
+        let mut last = match dir.enter(every * 2).await {
+            Ok(last) => last,
+            Err(shown) => return Some(shown),
+        };
         let fresh = |l: &Listing| {
             SystemTime::now()
                 .duration_since(l.at)
@@ -325,7 +355,8 @@ impl Reads {
         if last.failed_at.is_some_and(|t| t.elapsed() < every) {
             return None;
         }
-        self.take(key, Priority::Steady).await;
+        // Moving: every check of the namespace that may reuse a state waits for this one read.
+        self.take(key, Priority::Moving).await;
         let at = SystemTime::now();
         match super::list(conn, &key.temporal_namespace).await {
             Ok(deployments) => {
@@ -341,6 +372,9 @@ impl Reads {
                     deployments: Arc::new(deployments),
                 };
                 last.listing = Some(listing.clone());
+                if let Ok(mut shown) = dir.shown.lock() {
+                    *shown = Some(listing.clone());
+                }
                 last.failed_at = None;
                 Some(listing)
             }
@@ -443,6 +477,32 @@ mod tests {
             at: at(at_s),
             deployments: Arc::new(entries.into_iter().map(|(n, l)| (n.into(), l)).collect()),
         }
+    }
+
+    #[tokio::test]
+    async fn a_refresh_in_progress_holds_up_no_one_while_the_last_listing_is_young() {
+        let dir = Directory::default();
+        let every = Duration::from_secs(60);
+        let young = Listing {
+            at: SystemTime::now() - Duration::from_secs(90),
+            deployments: Default::default(),
+        };
+        // No refresh under way: the caller gets the right to refresh.
+        assert!(dir.enter(every * 2).await.is_ok());
+        *dir.shown.lock().unwrap() = Some(young.clone());
+        let refreshing = dir.last.lock().await;
+        // Another caller refreshes: the listing before it (90 s old, under 120) stands in.
+        let shown = dir.enter(every * 2).await.err().expect("the last listing");
+        assert_eq!(shown.at, young.at);
+        // Too old to stand in: the caller waits for the refresh to end.
+        *dir.shown.lock().unwrap() = Some(Listing {
+            at: SystemTime::now() - Duration::from_secs(130),
+            deployments: Default::default(),
+        });
+        let waiting = tokio::time::timeout(Duration::from_millis(50), dir.enter(every * 2));
+        assert!(waiting.await.is_err(), "it should wait for the refresh");
+        drop(refreshing);
+        assert!(dir.enter(every * 2).await.is_ok());
     }
 
     #[test]
