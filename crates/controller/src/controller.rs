@@ -23,6 +23,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
 
 use crate::access::Access;
+use crate::cached::CachedWorkerDeployment;
 use crate::children::CachedDeployment;
 use crate::config::{Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer};
@@ -151,7 +152,7 @@ pub async fn prepare(
 }
 
 struct Senders {
-    wd: HashMap<Scope, UnboundedSender<ObjectRef<WorkerDeployment>>>,
+    wd: HashMap<Scope, UnboundedSender<ObjectRef<CachedWorkerDeployment>>>,
     connection: HashMap<Scope, UnboundedSender<ObjectRef<Connection>>>,
     cluster: UnboundedSender<ObjectRef<ClusterConnection>>,
     scopes: Vec<Scope>,
@@ -267,7 +268,7 @@ struct ScopeCaches {
     secrets: Store<PartialObjectMeta<Secret>>,
     templates: Store<twc_api::WorkerResourceTemplate>,
     template_names: Names,
-    wd_tx: UnboundedSender<ObjectRef<WorkerDeployment>>,
+    wd_tx: UnboundedSender<ObjectRef<CachedWorkerDeployment>>,
     conn_tx: UnboundedSender<ObjectRef<Connection>>,
     writers: Option<ScopeWriters>,
 }
@@ -278,7 +279,7 @@ struct ScopeWriters {
     deployments: Writer<CachedDeployment>,
     secrets: Writer<PartialObjectMeta<Secret>>,
     templates: Writer<twc_api::WorkerResourceTemplate>,
-    wd_rx: UnboundedReceiver<ObjectRef<WorkerDeployment>>,
+    wd_rx: UnboundedReceiver<ObjectRef<CachedWorkerDeployment>>,
     conn_rx: UnboundedReceiver<ObjectRef<Connection>>,
 }
 
@@ -542,7 +543,7 @@ async fn run_controllers(
         let wrt_triggers = crate::wrt::Triggers::new(scope_templates, wrt_tx);
 
         // WorkerDeployments triggered count in the queue-depth metric while they exist.
-        let (wd_reader, wd_writer) = reflector::store::<WorkerDeployment>();
+        let (wd_reader, wd_writer) = reflector::store::<CachedWorkerDeployment>();
         let queue = {
             let (queue, wds) = (ctx.queue.clone(), wd_reader.clone());
             move |ns: &str, name: &str| {
@@ -587,8 +588,9 @@ async fn run_controllers(
 
         // WorkerDeployments: the index sees every event first.
         let (s, idx, sc) = (senders.clone(), index.clone(), scope.clone());
+        // Cached with the pod template as JSON (`cached`).
         let wds = watcher::watcher(
-            api::<WorkerDeployment>(&client, scope),
+            api::<CachedWorkerDeployment>(&client, scope),
             watcher::Config::default(),
         )
         .default_backoff()
@@ -615,10 +617,15 @@ async fn run_controllers(
             }
         })
         .touched_objects()
-        .predicate_filter(wd_predicate, Default::default())
+        .predicate_filter(
+            |c: &CachedWorkerDeployment| wd_predicate(&c.wd),
+            Default::default(),
+        )
         .inspect_ok({
             let queue = queue.clone();
-            move |wd: &WorkerDeployment| queue(&wd.namespace().unwrap_or_default(), &wd.name_any())
+            move |wd: &CachedWorkerDeployment| {
+                queue(&wd.namespace().unwrap_or_default(), &wd.name_any())
+            }
         });
         let (wrt_synced, open) = {
             let (wds, deployments) = (wd_reader.clone(), cache.deployments.clone());
@@ -640,7 +647,7 @@ async fn run_controllers(
             own: Default::default(),
         });
         let triggered = UnboundedReceiverStream::new(writers.wd_rx).inspect(
-            move |r: &ObjectRef<WorkerDeployment>| {
+            move |r: &ObjectRef<CachedWorkerDeployment>| {
                 queue(r.namespace.as_deref().unwrap_or_default(), &r.name)
             },
         );

@@ -2,6 +2,7 @@
 //! client pool, and the WorkerDeployment pipeline (observe -> plan -> execute -> status).
 
 pub mod access;
+pub mod cached;
 pub mod children;
 pub mod conditions;
 pub mod config;

@@ -142,7 +142,8 @@ impl<K: Resource> OwnWrites<K> {
 
     /// Follows the watch that feeds the cache, after the cache applied `event`: a memo whose
     /// object the cache now holds at a resourceVersion it did not replace is dropped.
-    pub fn seen(&self, event: &kube::runtime::watcher::Event<K>) {
+    /// The watch may carry another type of the same objects (a cached form).
+    pub fn seen<E: Resource>(&self, event: &kube::runtime::watcher::Event<E>) {
         use kube::runtime::watcher::Event;
         let (obj, gone) = match event {
             Event::Apply(o) | Event::InitApply(o) => (o, false),

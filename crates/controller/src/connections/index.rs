@@ -11,6 +11,8 @@ use kube::ResourceExt;
 use kube::runtime::watcher::Event;
 use twc_api::{ConnectionKind, FINALIZER, WorkerDeployment, conditions};
 
+use crate::cached::AsWorkerDeployment;
+
 /// A connection: a Connection in a namespace, or a ClusterConnection.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ConnKey {
@@ -239,10 +241,10 @@ impl UsageIndex {
 
     /// Applies a watch event. Returns the connections whose usage may have changed (old and new
     /// reference), so their finalizers can be recomputed.
-    pub fn apply_scoped(
+    pub fn apply_scoped<W: AsWorkerDeployment>(
         &self,
         scope: Option<&str>,
-        event: &Event<WorkerDeployment>,
+        event: &Event<W>,
     ) -> Vec<ConnKey> {
         let scope = scope.map(str::to_string);
         let Ok(mut inner) = self.inner.write() else {
@@ -251,6 +253,7 @@ impl UsageIndex {
         let mut touched = Vec::new();
         match event {
             Event::Apply(wd) => {
+                let wd = wd.worker_deployment();
                 let new = held(wd);
                 let old = inner.set(key(wd), new.clone());
                 inner.stand(key(wd), Some(user(wd)));
@@ -258,6 +261,7 @@ impl UsageIndex {
                 touched.extend(new);
             }
             Event::Delete(wd) => {
+                let wd = wd.worker_deployment();
                 touched.extend(inner.set(key(wd), None));
                 inner.stand(key(wd), None);
                 touched.extend(ConnKey::of(wd));
@@ -266,6 +270,7 @@ impl UsageIndex {
                 inner.relist.insert(scope, HashMap::new());
             }
             Event::InitApply(wd) => {
+                let wd = wd.worker_deployment();
                 if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {

@@ -24,6 +24,7 @@ use kube::runtime::controller::Action;
 use kube::{Client, ResourceExt};
 use twc_api::{FINALIZER, VersionStatus, WorkerDeployment, WorkerDeploymentStatus};
 
+use crate::cached::CachedWorkerDeployment;
 use crate::config::{Identity, Intervals, Limits};
 use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
@@ -206,21 +207,35 @@ fn key(wd: &WorkerDeployment) -> String {
 }
 
 /// Reconciles one WorkerDeployment, counted in the metrics.
-pub async fn reconcile(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.queue.started(&key(&wd));
+pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.queue.started(&key(&cached.wd));
+    let (wd, template_problem) = cached.full();
     // The copy from before our own last status write, if the cache has not caught up.
-    let wd = ctx.own.freshest(wd);
-    metrics::counted(CONTROLLER, reconcile_one(wd, ctx), Error::reason).await
+    let wd = ctx.own.freshest(Arc::new(wd));
+    metrics::counted(
+        CONTROLLER,
+        reconcile_one(wd, template_problem, ctx),
+        Error::reason,
+    )
+    .await
 }
 
 /// The error policy: only a failed status or finalizer write gets here; back off.
-pub fn error_policy(wd: Arc<WorkerDeployment>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(
+    cached: Arc<CachedWorkerDeployment>,
+    error: &Error,
+    ctx: Arc<Context>,
+) -> Action {
     tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
-    let streak = ctx.streak(&wd, Some(error));
+    let streak = ctx.streak(&cached.wd, Some(error));
     Action::requeue(Retry::Backoff.after(&ctx.intervals, streak))
 }
 
-async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
+async fn reconcile_one(
+    wd: Arc<WorkerDeployment>,
+    template_problem: Option<String>,
+    ctx: Arc<Context>,
+) -> Result<Action> {
     // Right after a start or a leadership gain a cache still filling reads as "not there": a
     // Connection "not found" would skip the cleanup of a deletion, a Deployment not yet seen
     // would be created again, a scaler not yet seen would have its replicas written over.
@@ -240,7 +255,7 @@ async fn reconcile_one(wd: Arc<WorkerDeployment>, ctx: Arc<Context>) -> Result<A
             },
         );
     }
-    roll_out(&wd, &ctx).await
+    roll_out(&wd, template_problem, &ctx).await
 }
 
 /// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
@@ -274,10 +289,17 @@ async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
 }
 
 /// The rollout: one pass of the pipeline, then its status and events, on failure too.
-async fn roll_out(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
+async fn roll_out(
+    wd: &WorkerDeployment,
+    template_problem: Option<String>,
+    ctx: &Context,
+) -> Result<Action> {
     let now = SystemTime::now();
     let mut connection = None;
-    let pass = pipeline(wd, ctx, now, &mut connection).await;
+    let pass = match template_problem {
+        Some(problem) => Err(Error::InvalidSpec(problem)),
+        None => pipeline(wd, ctx, now, &mut connection).await,
+    };
     let previous = wd.status.clone().unwrap_or_default();
     let failure = match &pass {
         Ok(p) => p.applied.error.as_ref(),

@@ -24,8 +24,9 @@ use kube::ResourceExt;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher::Event;
 use tokio::sync::mpsc::UnboundedSender;
-use twc_api::{WorkerDeployment, WorkerResourceTemplate};
+use twc_api::WorkerResourceTemplate;
 
+use crate::cached::AsWorkerDeployment;
 use crate::scoped::Scoped;
 
 pub use reconcile::{Context, Discovery, error_policy, reconcile};
@@ -109,8 +110,9 @@ impl Triggers {
     }
 
     /// A WorkerDeployment event: its UID, spec (Temporal namespace) or deletion changed.
-    pub fn worker_deployment(&self, event: &Event<WorkerDeployment>) {
+    pub fn worker_deployment<W: AsWorkerDeployment + Resource + Clone>(&self, event: &Event<W>) {
         Self::each(event, |wd, deleted| {
+            let wd = wd.worker_deployment();
             let ns = wd.namespace().unwrap_or_default();
             let fingerprint = (!deleted).then(|| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();

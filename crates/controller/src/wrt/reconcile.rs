@@ -15,8 +15,8 @@ use kube::runtime::controller::Action;
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
+use twc_api::WorkerResourceTemplate;
 use twc_api::conditions::READY;
-use twc_api::{WorkerDeployment, WorkerResourceTemplate};
 
 use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
 use super::render;
@@ -84,7 +84,7 @@ pub struct Context {
     pub client: Client,
     /// Open once the WorkerDeployment and Deployment caches below have been filled.
     pub synced: crate::scoped::Synced,
-    pub worker_deployments: Store<WorkerDeployment>,
+    pub worker_deployments: Store<crate::cached::CachedWorkerDeployment>,
     /// The scope's versioned Deployments, found by namespace.
     pub deployments: crate::scoped::Scoped<crate::children::CachedDeployment>,
     pub recorder: Recorder,
@@ -179,9 +179,10 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
         allowed_kinds: ctx.allowed_kinds.clone(),
         ..Default::default()
     };
-    let Some(wd) = wd else {
+    let Some(cached) = wd else {
         return (observed, None);
     };
+    let wd = &cached.wd;
     let Some(owner) = wd.controller_owner_ref(&()).map(|mut o| {
         o.block_owner_deletion = Some(true);
         o
