@@ -51,7 +51,7 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
         .done
         .iter()
         .filter_map(|done| match done {
-            Done::Created { deployment } => Some(normal(
+            Done::Created { deployment, .. } => Some(normal(
                 "DeploymentCreated",
                 format!("created Deployment {deployment} for buildID {target}"),
             )),
@@ -465,6 +465,7 @@ mod tests {
             done: vec![
                 Done::Created {
                     deployment: "w-v2".into(),
+                    build: "v2".into(),
                 },
                 Done::Applied {
                     deployment: "w-v2".into(),

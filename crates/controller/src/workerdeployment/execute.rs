@@ -21,9 +21,10 @@ use crate::writes::MANAGER;
 /// One write that went through (or a gate start that was refused: it is retried next time).
 #[derive(Clone, Debug, PartialEq)]
 pub enum Done {
-    /// A versioned Deployment was created (it was not in the cache).
+    /// A versioned Deployment was created (it was not in the cache), for `build`.
     Created {
         deployment: String,
+        build: String,
     },
     /// An existing versioned Deployment was re-applied (a drifted target).
     Applied {
@@ -113,7 +114,14 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         applied.done.push(if known {
             Done::Applied { deployment: name }
         } else {
-            Done::Created { deployment: name }
+            Done::Created {
+                deployment: name,
+                build: d
+                    .labels()
+                    .get(twc_api::labels::BUILD_ID)
+                    .cloned()
+                    .unwrap_or_default(),
+            }
         });
     }
     for build in &plan.reconnect {

@@ -173,6 +173,17 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
                 state.ramp_percentage = 0.0;
                 state.last_modifier_identity = identity.to_string();
             }
+            // Its status says what it is as soon as it is written, not one reconcile later
+            // when the cache shows it (a second status write per new version).
+            Done::Created { deployment, build } if !build.is_empty() => {
+                o.deployments.entry(build.clone()).or_insert_with(|| {
+                    crate::plan::ObservedDeployment {
+                        name: deployment.clone(),
+                        build_id: build.clone(),
+                        ..Default::default()
+                    }
+                });
+            }
             Done::Created { .. }
             | Done::Applied { .. }
             | Done::Reconnected { .. }
@@ -537,6 +548,34 @@ mod tests {
             Some(t(100)),
             "the rollback window counts from the promotion"
         );
+    }
+
+    #[test]
+    fn a_deployment_created_now_is_named_in_the_status_written_now() {
+        let mut observed = v1_current_v2_registered();
+        observed.deployments.remove("v2");
+        let applied = Applied {
+            done: vec![Done::Created {
+                deployment: "w-v2".into(),
+                build: "v2".into(),
+            }],
+            error: None,
+        };
+        let outcome = Outcome::Executed {
+            observed: &observed,
+            plan: &plan_for("v2"),
+            applied: &applied,
+        };
+        let s = next(&wd(), &Default::default(), outcome, None, ME, t(100));
+        let target = s.target_version.clone().unwrap_or_default();
+        // What the next reconcile, with the Deployment in the cache, would write: no second
+        // status write for it.
+        assert_eq!(
+            target.base.deployment.and_then(|d| d.name).as_deref(),
+            Some("w-v2")
+        );
+        assert_eq!(target.base.healthy_since, None);
+        assert!(s.deprecated_versions.is_empty());
     }
 
     #[test]
