@@ -36,8 +36,8 @@ impl CachedWorkerDeployment {
     }
 
     /// The whole WorkerDeployment. A template that does not parse as a pod template (the
-    /// CRD's schema lets through what Kubernetes' types refuse, such as a quantity that is not
-    /// one) comes back empty, with what was wrong with it.
+    /// CRD's schema should let none through) comes back empty, with what was wrong with it:
+    /// that WorkerDeployment fails with `InvalidSpec`, the others go on.
     pub fn full(&self) -> (WorkerDeployment, Option<String>) {
         let mut wd = self.wd.clone();
         match serde_json::from_str::<PodTemplateSpec>(&self.template) {
