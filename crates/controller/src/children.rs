@@ -160,8 +160,14 @@ impl From<wire::Deployment> for CachedDeployment {
                         .map(|t| SystemTime::from(t.0)),
                 )
             });
+        let mut metadata = d.metadata;
+        // Of the labels only the build ID is read; the rest (the template's, copied to each
+        // version) were half of what this cache held.
+        if let Some(labels) = metadata.labels.as_mut() {
+            labels.retain(|k, _| k == twc_api::labels::BUILD_ID);
+        }
         Self {
-            metadata: d.metadata,
+            metadata,
             spec_replicas,
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
@@ -322,6 +328,12 @@ mod tests {
         assert!(seen.connection_hash.is_some() && seen.template_digest.is_some());
         assert_eq!((seen.replicas, seen.ready_replicas), (2, 1));
         assert!(seen.available_since.is_none() && seen.unavailable_since.is_some());
+        // Of the labels (the template's and the controller's), only the build ID is kept.
+        assert!(whole.metadata.labels.as_ref().is_some_and(|l| l.len() > 1));
+        assert_eq!(
+            cached.labels().keys().collect::<Vec<_>>(),
+            [twc_api::labels::BUILD_ID]
+        );
     }
 
     #[test]

@@ -292,7 +292,9 @@ pub struct Reads {
     config: ReadConfig,
     budgets: Mutex<HashMap<(String, String), Arc<Budget>>>,
     directories: Mutex<HashMap<(String, String), Arc<Directory>>>,
-    remembered: Mutex<HashMap<String, Remembered>>,
+    /// Boxed: a map's table holds a slot per entry and as many again spare, and a state is
+    /// most of a KiB.
+    remembered: Mutex<HashMap<String, Box<Remembered>>>,
     wake: Option<Wake>,
 }
 
@@ -395,13 +397,17 @@ impl Reads {
 
     /// The remembered state of WorkerDeployment `wd_key`.
     pub fn recall(&self, wd_key: &str) -> Option<Remembered> {
-        self.remembered.lock().ok()?.get(wd_key).cloned()
+        self.remembered
+            .lock()
+            .ok()?
+            .get(wd_key)
+            .map(|r| Remembered::clone(r))
     }
 
     /// Remembers a state just read.
     pub fn remember(&self, wd_key: String, r: Remembered) {
         if let Ok(mut m) = self.remembered.lock() {
-            m.insert(wd_key, r);
+            m.insert(wd_key, Box::new(r));
         }
     }
 

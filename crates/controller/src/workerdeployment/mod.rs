@@ -75,7 +75,7 @@ pub struct Context {
     /// Read budgets, listings and the last state read per WorkerDeployment.
     pub reads: Reads,
     /// What the last list of each waiting target's pods found (`namespace/name`).
-    pub pods: Mutex<HashMap<String, PodsSeen>>,
+    pub pods: Mutex<HashMap<String, Box<PodsSeen>>>,
 }
 
 impl Context {
@@ -86,12 +86,12 @@ impl Context {
 
     /// What the last list of the target's pods of `key` found.
     fn pods_seen(&self, key: &str) -> Option<PodsSeen> {
-        self.pods.lock().ok()?.get(key).cloned()
+        self.pods.lock().ok()?.get(key).map(|p| PodsSeen::clone(p))
     }
 
     fn remember_pods(&self, key: String, seen: PodsSeen) {
         if let Ok(mut pods) = self.pods.lock() {
-            pods.insert(key, seen);
+            pods.insert(key, Box::new(seen));
         }
     }
 
