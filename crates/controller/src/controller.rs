@@ -20,7 +20,7 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, Resource, ResourceExt};
 use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
-use twc_api::{ClusterConnection, Connection, ConnectionKind, WorkerDeployment, labels};
+use twc_api::{ClusterConnection, Connection, ConnectionKind, labels};
 
 use crate::access::Access;
 use crate::cached::CachedWorkerDeployment;
@@ -184,11 +184,11 @@ impl Senders {
 
 /// What makes a WorkerDeployment worth reconciling: its spec (generation), its rollout
 /// controls (annotations), its finalizers and its deletion; never our own status writes.
-fn wd_predicate(wd: &WorkerDeployment) -> Option<u64> {
+fn wd_predicate<K: Resource>(wd: &K) -> Option<u64> {
     use std::hash::{Hash, Hasher};
     use twc_api::controls;
     let mut h = std::collections::hash_map::DefaultHasher::new();
-    wd.metadata.generation.hash(&mut h);
+    wd.meta().generation.hash(&mut h);
     let annotations = wd.annotations();
     for key in [
         controls::PAUSED,
@@ -199,7 +199,7 @@ fn wd_predicate(wd: &WorkerDeployment) -> Option<u64> {
         annotations.get(key).hash(&mut h);
     }
     wd.finalizers().hash(&mut h);
-    wd.metadata.deletion_timestamp.is_some().hash(&mut h);
+    wd.meta().deletion_timestamp.is_some().hash(&mut h);
     Some(h.finish())
 }
 
@@ -617,10 +617,7 @@ async fn run_controllers(
             }
         })
         .touched_objects()
-        .predicate_filter(
-            |c: &CachedWorkerDeployment| wd_predicate(&c.wd),
-            Default::default(),
-        )
+        .predicate_filter(wd_predicate, Default::default())
         .inspect_ok({
             let queue = queue.clone();
             move |wd: &CachedWorkerDeployment| {

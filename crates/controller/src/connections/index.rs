@@ -254,6 +254,7 @@ impl UsageIndex {
         match event {
             Event::Apply(wd) => {
                 let wd = wd.worker_deployment();
+                let wd = wd.as_ref();
                 let new = held(wd);
                 let old = inner.set(key(wd), new.clone());
                 inner.stand(key(wd), Some(user(wd)));
@@ -262,6 +263,7 @@ impl UsageIndex {
             }
             Event::Delete(wd) => {
                 let wd = wd.worker_deployment();
+                let wd = wd.as_ref();
                 touched.extend(inner.set(key(wd), None));
                 inner.stand(key(wd), None);
                 touched.extend(ConnKey::of(wd));
@@ -271,6 +273,7 @@ impl UsageIndex {
             }
             Event::InitApply(wd) => {
                 let wd = wd.worker_deployment();
+                let wd = wd.as_ref();
                 if let Some(relist) = inner.relist.get_mut(&scope)
                     && let Some(conn) = held(wd)
                 {

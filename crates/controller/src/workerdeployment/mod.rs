@@ -208,7 +208,7 @@ fn key(wd: &WorkerDeployment) -> String {
 
 /// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.queue.started(&key(&cached.wd));
+    ctx.queue.started(&key(&cached.watched()));
     let (wd, template_problem) = cached.full();
     // The copy from before our own last status write, if the cache has not caught up.
     let wd = ctx.own.freshest(Arc::new(wd));
@@ -227,7 +227,7 @@ pub fn error_policy(
     ctx: Arc<Context>,
 ) -> Action {
     tracing::warn!(reason = error.reason(), "reconcile failed: {error}");
-    let streak = ctx.streak(&cached.wd, Some(error));
+    let streak = ctx.streak(&cached.watched(), Some(error));
     Action::requeue(Retry::Backoff.after(&ctx.intervals, streak))
 }
 

@@ -113,6 +113,7 @@ impl Triggers {
     pub fn worker_deployment<W: AsWorkerDeployment + Resource + Clone>(&self, event: &Event<W>) {
         Self::each(event, |wd, deleted| {
             let wd = wd.worker_deployment();
+            let wd = wd.as_ref();
             let ns = wd.namespace().unwrap_or_default();
             let fingerprint = (!deleted).then(|| {
                 let mut h = std::collections::hash_map::DefaultHasher::new();

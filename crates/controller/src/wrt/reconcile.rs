@@ -182,7 +182,8 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
     let Some(cached) = wd else {
         return (observed, None);
     };
-    let wd = &cached.wd;
+    let wd = cached.watched();
+    let wd = &wd;
     let Some(owner) = wd.controller_owner_ref(&()).map(|mut o| {
         o.block_owner_deletion = Some(true);
         o
