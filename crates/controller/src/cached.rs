@@ -201,8 +201,10 @@ mod tests {
 
     #[test]
     fn the_whole_object_comes_back_as_it_was_sent() {
-        let whole: WorkerDeployment = serde_json::from_value(sent()).unwrap();
-        let cached: CachedWorkerDeployment = serde_json::from_value(sent()).unwrap();
+        let whole: WorkerDeployment =
+            serde_json::from_value(sent()).unwrap_or_else(|e| panic!("{e}"));
+        let cached: CachedWorkerDeployment =
+            serde_json::from_value(sent()).unwrap_or_else(|e| panic!("{e}"));
         let (full, problem) = cached.full();
         assert_eq!(problem, None);
         assert_eq!(full, whole);
@@ -211,8 +213,10 @@ mod tests {
 
     #[test]
     fn what_the_watches_read_is_kept_typed() {
-        let whole: WorkerDeployment = serde_json::from_value(sent()).unwrap();
-        let cached: CachedWorkerDeployment = serde_json::from_value(sent()).unwrap();
+        let whole: WorkerDeployment =
+            serde_json::from_value(sent()).unwrap_or_else(|e| panic!("{e}"));
+        let cached: CachedWorkerDeployment =
+            serde_json::from_value(sent()).unwrap_or_else(|e| panic!("{e}"));
         let watched = cached.worker_deployment();
         // The usage index reads the same from it as from the whole object.
         assert_eq!(

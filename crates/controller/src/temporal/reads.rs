@@ -495,13 +495,13 @@ mod tests {
         };
         // No refresh under way: the caller gets the right to refresh.
         assert!(dir.enter(every * 2).await.is_ok());
-        *dir.shown.lock().unwrap() = Some(young.clone());
+        *dir.shown.lock().unwrap_or_else(|e| panic!("{e}")) = Some(young.clone());
         let refreshing = dir.last.lock().await;
         // Another caller refreshes: the listing before it (90 s old, under 120) stands in.
         let shown = dir.enter(every * 2).await.err().expect("the last listing");
         assert_eq!(shown.at, young.at);
         // Too old to stand in: the caller waits for the refresh to end.
-        *dir.shown.lock().unwrap() = Some(Listing {
+        *dir.shown.lock().unwrap_or_else(|e| panic!("{e}")) = Some(Listing {
             at: SystemTime::now() - Duration::from_secs(130),
             deployments: Default::default(),
         });

@@ -195,7 +195,7 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
         temporal_namespace: wd.spec.worker_options.temporal_namespace.clone(),
         owner,
     });
-    observed.versions = crate::children::owned(&wd, &ctx.deployments)
+    observed.versions = crate::children::owned(wd, &ctx.deployments)
         .into_values()
         .map(|d| (d.build_id, d.name))
         .collect();
