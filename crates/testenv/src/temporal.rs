@@ -67,7 +67,27 @@ pub struct TemporalServer {
 
 impl TemporalServer {
     /// Starts the server and waits until it answers `GetSystemInfo` (30 s at most).
+    ///
+    /// The dev server picks the ports of its internal services (history, matching, worker)
+    /// itself, and another process on the machine can take one between its pick and its bind;
+    /// the server then exits at once with "address already in use". Such a start is tried again
+    /// on fresh ports, up to [`START_ATTEMPTS`] times; any other failure is returned at once.
     pub async fn start(opts: &TemporalOptions, log_dir: &Path) -> Result<Self, Error> {
+        let mut attempt = 1;
+        loop {
+            let log = if attempt == 1 {
+                log_dir.join("temporal.log")
+            } else {
+                log_dir.join(format!("temporal.attempt-{attempt}.log"))
+            };
+            match Self::start_once(opts, log).await {
+                Err(e) if attempt < START_ATTEMPTS && lost_a_port_race(&e) => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(opts: &TemporalOptions, log: std::path::PathBuf) -> Result<Self, Error> {
         let ports = free_ports(3)?;
         let (port, http_port, metrics_port) = (ports[0], ports[1], ports[2]);
         let mut args: Vec<String> = [
@@ -105,8 +125,7 @@ impl TemporalServer {
             args.push("-n".into());
             args.push(ns.clone());
         }
-        let spec =
-            Spec::new("temporal", paths::temporal(), log_dir.join("temporal.log")).args(args);
+        let spec = Spec::new("temporal", paths::temporal(), log).args(args);
         let process = ChildProcess::start(&spec)?;
         let server = Self {
             process: Mutex::new(process),
@@ -230,6 +249,22 @@ impl TemporalServer {
     pub fn rss_bytes(&self) -> Option<u64> {
         let pid = self.process.lock().ok()?.pid();
         crate::rss_bytes(pid)
+    }
+}
+
+/// How many times [`TemporalServer::start`] tries when a start loses a port to another process.
+pub const START_ATTEMPTS: usize = 3;
+
+/// Whether a failed start is the server exiting because a port it picked was taken meanwhile.
+fn lost_a_port_race(e: &Error) -> bool {
+    match e {
+        Error::ExitedEarly { log, tail, .. } => {
+            let whole = std::fs::read_to_string(log).unwrap_or_default();
+            [tail.as_str(), whole.as_str()]
+                .iter()
+                .any(|t| t.contains("address already in use"))
+        }
+        _ => false,
     }
 }
 
@@ -449,5 +484,32 @@ mod tests {
         let m = super::sum_by_label("m{a=\"x,\\\"y\",b=\"z\"} 1\nm 2\n", "m", &[], "b");
         assert_eq!(m.get("z"), Some(&1.0));
         assert_eq!(m.get(""), Some(&2.0));
+    }
+
+    #[test]
+    fn only_a_taken_port_makes_a_start_worth_another_try() {
+        let dir = std::env::temp_dir().join(format!("twc-port-race-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("{e}"));
+        let log = dir.join("temporal.log");
+        let exited = |text: &str| {
+            std::fs::write(&log, text).unwrap_or_else(|e| panic!("{e}"));
+            crate::Error::ExitedEarly {
+                component: "temporal".into(),
+                status: "exit status: 2".into(),
+                log: log.clone(),
+                tail: String::new(),
+            }
+        };
+        let raced = exited(
+            "level=ERROR msg=\"Failed to start gRPC listener\" error=\"listen tcp \
+             127.0.0.1:44177: bind: address already in use\" service=matching\npanic: ...",
+        );
+        assert!(super::lost_a_port_race(&raced));
+        let other = exited("level=ERROR msg=\"unable to open database\"\n");
+        assert!(!super::lost_a_port_race(&other));
+        assert!(!super::lost_a_port_race(&crate::Error::Other(
+            "address already in use".into()
+        )));
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
