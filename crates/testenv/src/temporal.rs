@@ -80,8 +80,9 @@ impl TemporalServer {
             } else {
                 log_dir.join(format!("temporal.attempt-{attempt}.log"))
             };
+            let since = log_len(&log);
             match Self::start_once(opts, log).await {
-                Err(e) if attempt < START_ATTEMPTS && lost_a_port_race(&e) => attempt += 1,
+                Err(e) if attempt < START_ATTEMPTS && lost_a_port_race(&e, since) => attempt += 1,
                 other => return other,
             }
         }
@@ -141,12 +142,26 @@ impl TemporalServer {
     /// Stops the server (SIGTERM, then SIGKILL after `grace`) and starts it again on the same
     /// ports; waits until it answers. Its state survives only with
     /// [`TemporalOptions::db_file`].
+    ///
+    /// Like [`TemporalServer::start`], a restart that loses a self-picked internal port is tried
+    /// again (the frontend, HTTP and metrics ports stay the same).
     pub async fn restart(&self, grace: Duration) -> Result<(), Error> {
-        self.process
-            .lock()
-            .map_err(|_| Error::Other("temporal process lock poisoned".into()))?
-            .restart(grace)?;
-        self.wait_ready().await
+        let mut attempt = 1;
+        loop {
+            let since = {
+                let mut process = self
+                    .process
+                    .lock()
+                    .map_err(|_| Error::Other("temporal process lock poisoned".into()))?;
+                let since = log_len(process.log_path());
+                process.restart(grace)?;
+                since
+            };
+            match self.wait_ready().await {
+                Err(e) if attempt < START_ATTEMPTS && lost_a_port_race(&e, since) => attempt += 1,
+                other => return other,
+            }
+        }
     }
 
     /// Waits until the server answers `GetSystemInfo` (30 s at most).
@@ -255,17 +270,24 @@ impl TemporalServer {
 /// How many times [`TemporalServer::start`] tries when a start loses a port to another process.
 pub const START_ATTEMPTS: usize = 3;
 
-/// Whether a failed start is the server exiting because a port it picked was taken meanwhile.
-fn lost_a_port_race(e: &Error) -> bool {
+/// Whether a failed start is the server exiting because a port it picked was taken meanwhile:
+/// its log, from byte `since` (where this start began writing), says so.
+fn lost_a_port_race(e: &Error, since: u64) -> bool {
     match e {
-        Error::ExitedEarly { log, tail, .. } => {
-            let whole = std::fs::read_to_string(log).unwrap_or_default();
-            [tail.as_str(), whole.as_str()]
-                .iter()
-                .any(|t| t.contains("address already in use"))
+        Error::ExitedEarly { log, .. } => {
+            let bytes = std::fs::read(log).unwrap_or_default();
+            let from = usize::try_from(since)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            String::from_utf8_lossy(&bytes[from..]).contains("address already in use")
         }
         _ => false,
     }
+}
+
+/// The size of a log file now (0 if it does not exist yet).
+fn log_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
 }
 
 /// Connects to a Temporal frontend at `host:port` without TLS.
@@ -500,16 +522,21 @@ mod tests {
                 tail: String::new(),
             }
         };
-        let raced = exited(
-            "level=ERROR msg=\"Failed to start gRPC listener\" error=\"listen tcp \
-             127.0.0.1:44177: bind: address already in use\" service=matching\npanic: ...",
-        );
-        assert!(super::lost_a_port_race(&raced));
-        let other = exited("level=ERROR msg=\"unable to open database\"\n");
-        assert!(!super::lost_a_port_race(&other));
-        assert!(!super::lost_a_port_race(&crate::Error::Other(
-            "address already in use".into()
-        )));
+        let race = "level=ERROR msg=\"Failed to start gRPC listener\" error=\"listen tcp \
+             127.0.0.1:44177: bind: address already in use\" service=matching\npanic: ...\n";
+        assert!(super::lost_a_port_race(&exited(race), 0));
+        let other = "level=ERROR msg=\"unable to open database\"\n";
+        assert!(!super::lost_a_port_race(&exited(other), 0));
+        // A race in an earlier start, before this start's first byte, is not this start's.
+        let earlier_then_other = format!("{race}{other}");
+        assert!(!super::lost_a_port_race(
+            &exited(&earlier_then_other),
+            race.len() as u64
+        ));
+        assert!(!super::lost_a_port_race(
+            &crate::Error::Other("address already in use".into()),
+            0
+        ));
         let _ = std::fs::remove_dir_all(&dir);
     }
 }
