@@ -498,7 +498,13 @@ mod tests {
         *dir.shown.lock().unwrap_or_else(|e| panic!("{e}")) = Some(young.clone());
         let refreshing = dir.last.lock().await;
         // Another caller refreshes: the listing before it (90 s old, under 120) stands in.
-        let shown = dir.enter(every * 2).await.err().expect("the last listing");
+        // (Each call that must not wait is bounded, so a broken stand-in fails, not hangs.)
+        let soon = Duration::from_secs(5);
+        let shown = tokio::time::timeout(soon, dir.enter(every * 2))
+            .await
+            .expect("a young listing stands in at once, without waiting for the refresh")
+            .err()
+            .expect("the last listing");
         assert_eq!(shown.at, young.at);
         // Too old to stand in: the caller waits for the refresh to end.
         *dir.shown.lock().unwrap_or_else(|e| panic!("{e}")) = Some(Listing {
@@ -508,7 +514,11 @@ mod tests {
         let waiting = tokio::time::timeout(Duration::from_millis(50), dir.enter(every * 2));
         assert!(waiting.await.is_err(), "it should wait for the refresh");
         drop(refreshing);
-        assert!(dir.enter(every * 2).await.is_ok());
+        let after = tokio::time::timeout(soon, dir.enter(every * 2)).await;
+        assert!(
+            matches!(after, Ok(Ok(_))),
+            "the refresh ended: the next may refresh"
+        );
     }
 
     #[test]

@@ -508,19 +508,23 @@ mod tests {
             .unwrap_or_default()
     }
 
-    #[test]
-    fn a_promotion_made_now_shows_in_the_status_written_now() {
-        let observed = v1_current_v2_registered();
-        let applied = Applied {
-            done: vec![Done::ClaimedManager, Done::Promoted { build: "v2".into() }],
-            error: None,
-        };
+    /// The status written after `done` was applied to `observed`, the target being v2, with
+    /// no previous status, at t(100).
+    fn status_after(observed: &Observed, done: Vec<Done>) -> WorkerDeploymentStatus {
+        let applied = Applied { done, error: None };
         let outcome = Outcome::Executed {
-            observed: &observed,
+            observed,
             plan: &plan_for("v2"),
             applied: &applied,
         };
-        let s = next(&wd(), &Default::default(), outcome, None, ME, t(100));
+        next(&wd(), &Default::default(), outcome, None, ME, t(100))
+    }
+
+    #[test]
+    fn a_promotion_made_now_shows_in_the_status_written_now() {
+        let observed = v1_current_v2_registered();
+        let done = vec![Done::ClaimedManager, Done::Promoted { build: "v2".into() }];
+        let s = status_after(&observed, done.clone());
         let target = s.target_version.clone().unwrap_or_default();
         assert_eq!(target.base.status, VersionStatus::Current);
         assert_eq!(
@@ -544,7 +548,10 @@ mod tests {
         // What was observed is left as it was read.
         assert_eq!(observed.temporal.current_build_id.as_deref(), Some("v1"));
         assert_eq!(
-            effective(&observed, &applied, ME).temporal.versions["v1"].last_current_at,
+            effective(&observed, &Applied { done, error: None }, ME)
+                .temporal
+                .versions["v1"]
+                .last_current_at,
             Some(t(100)),
             "the rollback window counts from the promotion"
         );
@@ -554,19 +561,11 @@ mod tests {
     fn a_deployment_created_now_is_named_in_the_status_written_now() {
         let mut observed = v1_current_v2_registered();
         observed.deployments.remove("v2");
-        let applied = Applied {
-            done: vec![Done::Created {
-                deployment: "w-v2".into(),
-                build: "v2".into(),
-            }],
-            error: None,
+        let created = Done::Created {
+            deployment: "w-v2".into(),
+            build: "v2".into(),
         };
-        let outcome = Outcome::Executed {
-            observed: &observed,
-            plan: &plan_for("v2"),
-            applied: &applied,
-        };
-        let s = next(&wd(), &Default::default(), outcome, None, ME, t(100));
+        let s = status_after(&observed, vec![created]);
         let target = s.target_version.clone().unwrap_or_default();
         // What the next reconcile, with the Deployment in the cache, would write: no second
         // status write for it.
@@ -596,25 +595,17 @@ mod tests {
                 ..Default::default()
             },
         );
-        let applied = Applied {
-            done: vec![
-                Done::DeletedDeployment {
-                    deployment: "w-v0".into(),
-                },
-                Done::DeletedVersion { build: "v0".into() },
-                Done::Ramped {
-                    build: "v2".into(),
-                    percentage: 10.0,
-                },
-            ],
-            error: None,
-        };
-        let outcome = Outcome::Executed {
-            observed: &observed,
-            plan: &plan_for("v2"),
-            applied: &applied,
-        };
-        let s = next(&wd(), &Default::default(), outcome, None, ME, t(100));
+        let done = vec![
+            Done::DeletedDeployment {
+                deployment: "w-v0".into(),
+            },
+            Done::DeletedVersion { build: "v0".into() },
+            Done::Ramped {
+                build: "v2".into(),
+                percentage: 10.0,
+            },
+        ];
+        let s = status_after(&observed, done);
         let target = s.target_version.clone().unwrap_or_default();
         assert_eq!(target.base.status, VersionStatus::Ramping);
         assert_eq!(target.ramp_percentage, Some(10.0));
