@@ -1,6 +1,7 @@
 //! Prometheus metrics, one registry per process. Every metric here is listed in
 //! `docs/metrics.md`; a test reads that file and scrapes `/metrics` so the two cannot drift.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
@@ -382,7 +383,8 @@ impl Metrics {
 #[derive(Clone)]
 pub struct WorkQueue {
     controller: &'static str,
-    pending: std::sync::Arc<std::sync::Mutex<std::collections::HashSet<String>>>,
+    /// Each waiting `namespace/name`, with when it was first triggered.
+    pending: std::sync::Arc<std::sync::Mutex<HashMap<String, std::time::Instant>>>,
 }
 
 impl WorkQueue {
@@ -393,30 +395,33 @@ impl WorkQueue {
         }
     }
 
-    fn update(&self, change: impl FnOnce(&mut std::collections::HashSet<String>)) {
-        if let Ok(mut pending) = self.pending.lock() {
-            change(&mut pending);
-            global()
-                .queue_depth
-                .get_or_create(&ControllerLabels {
-                    controller: self.controller,
-                })
-                .set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
-        }
+    fn update<T>(
+        &self,
+        change: impl FnOnce(&mut HashMap<String, std::time::Instant>) -> T,
+    ) -> Option<T> {
+        let mut pending = self.pending.lock().ok()?;
+        let out = change(&mut pending);
+        global()
+            .queue_depth
+            .get_or_create(&ControllerLabels {
+                controller: self.controller,
+            })
+            .set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
+        Some(out)
     }
 
-    /// `namespace/name` was triggered.
+    /// `namespace/name` was triggered (a trigger while it waits keeps the first one's time).
     pub fn queued(&self, key: String) {
         self.update(|p| {
-            p.insert(key);
+            p.entry(key).or_insert_with(std::time::Instant::now);
         });
     }
 
-    /// The reconcile of `namespace/name` starts.
-    pub fn started(&self, key: &str) {
-        self.update(|p| {
-            p.remove(key);
-        });
+    /// The reconcile of `namespace/name` starts: how long it waited since it was triggered
+    /// (None for a requeue after a delay, which nothing triggered).
+    pub fn started(&self, key: &str) -> Option<Duration> {
+        self.update(|p| p.remove(key).map(|at| at.elapsed()))
+            .flatten()
     }
 }
 

@@ -76,9 +76,12 @@ impl Controller {
             "KUBECONFIG".into(),
             env.control_plane.kubeconfig_path.display().to_string(),
         ));
-        // The allocator's arenas, as the controller's image sets them (Dockerfile).
-        if let Ok(arenas) = std::env::var("MALLOC_ARENA_MAX") {
-            spec.env.push(("MALLOC_ARENA_MAX".into(), arenas));
+        // The allocator's settings, as the controller's image sets them (Dockerfile): glibc's
+        // `MALLOC_*` variables and its tunables.
+        for (key, value) in std::env::vars() {
+            if key.starts_with("MALLOC_") || key == "GLIBC_TUNABLES" {
+                spec.env.push((key, value));
+            }
         }
         Ok(Self {
             process: ChildProcess::start(&spec)?,

@@ -97,15 +97,19 @@ impl Listed {
 }
 
 /// Every worker deployment of a Temporal namespace by name, from one paged
-/// `ListWorkerDeployments`.
+/// `ListWorkerDeployments`, each page after a token of `budget` at `priority`.
 pub async fn list(
     conn: &Connection,
     namespace: &str,
+    budget: &reads::Budget,
+    priority: reads::Priority,
 ) -> Result<std::collections::HashMap<String, Listed>, Status> {
     let mut svc = conn.workflow_service();
     let mut out = std::collections::HashMap::new();
     let mut token = Vec::new();
     loop {
+        // Each page is a read the server counts against the namespace's limit.
+        budget.take(priority).await;
         let resp = crate::metrics::rpc(
             "ListWorkerDeployments",
             svc.list_worker_deployments(tonic::Request::new(ListWorkerDeploymentsRequest {

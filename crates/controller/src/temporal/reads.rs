@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
 use temporalio_client::Connection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 
 use super::{Code, DeploymentState, Listed};
 use crate::plan::TargetObserved;
@@ -161,7 +161,8 @@ pub struct Listing {
 /// The listing of one namespace, refreshed by whoever needs it first (one at a time).
 #[derive(Default)]
 struct Directory {
-    last: tokio::sync::Mutex<Last>,
+    /// Held by the one refreshing it (a reconcile, or a task of its own in the background).
+    last: Arc<tokio::sync::Mutex<Last>>,
     /// A copy of the last listing, for the callers that come while another one refreshes it.
     shown: Mutex<Option<Listing>>,
 }
@@ -169,8 +170,8 @@ struct Directory {
 impl Directory {
     /// The right to refresh the listing, or, while another caller holds it, the last listing
     /// if it is younger than `within` (else waits for the right).
-    async fn enter(&self, within: Duration) -> Result<tokio::sync::MutexGuard<'_, Last>, Listing> {
-        if let Ok(last) = self.last.try_lock() {
+    async fn enter(&self, within: Duration) -> Result<OwnedMutexGuard<Last>, Listing> {
+        if let Ok(last) = self.last.clone().try_lock_owned() {
             return Ok(last);
         }
         let shown = self.shown.lock().ok().and_then(|shown| {
@@ -185,7 +186,91 @@ impl Directory {
         });
         match shown {
             Some(l) => Err(l),
-            None => Ok(self.last.lock().await),
+            None => Ok(self.last.clone().lock_owned().await),
+        }
+    }
+}
+
+/// What a caller holding the right to refresh does, with the listing it has, at `now`.
+#[derive(Debug, PartialEq)]
+enum Refresh {
+    /// Younger than `list_every`: use it.
+    Fresh,
+    /// Older, but younger than twice `list_every`: use it now and refresh it in the
+    /// background (no reconcile waits for the paged list).
+    Behind,
+    /// None, or too old to stand in: refresh and wait for it.
+    Wait,
+    /// The server cannot list, or the last list failed less than `list_every` ago.
+    Skip,
+}
+
+fn refresh(last: &Last, every: Duration, now: SystemTime) -> Refresh {
+    let age = |l: &Listing| now.duration_since(l.at).unwrap_or_default();
+    if last.unimplemented {
+        return Refresh::Skip;
+    }
+    match &last.listing {
+        Some(l) if age(l) < every => return Refresh::Fresh,
+        Some(l) if age(l) < every * 2 && last.failed_at.is_none() => return Refresh::Behind,
+        _ => {}
+    }
+    if last.failed_at.is_some_and(|t| t.elapsed() < every) {
+        return Refresh::Skip;
+    }
+    Refresh::Wait
+}
+
+/// Lists the namespace `key` reads, one budget token a page, and keeps the listing in
+/// `last` and `dir`'s copy; wakes the worker deployments whose entry changed.
+async fn list_into(
+    last: &mut Last,
+    dir: &Directory,
+    conn: &Connection,
+    key: &PoolKey,
+    budget: &Budget,
+    wake: Option<&Wake>,
+) -> Option<Listing> {
+    let at = SystemTime::now();
+    let started = Instant::now();
+    // Moving: every check that may reuse a state needs a listing.
+    match super::list(conn, &key.temporal_namespace, budget, Priority::Moving).await {
+        Ok(deployments) => {
+            tracing::debug!(
+                "listed {} worker deployments of {} in {:.2} s",
+                deployments.len(),
+                key.temporal_namespace,
+                started.elapsed().as_secs_f64()
+            );
+            if let (Some(wake), Some(before)) = (wake, &last.listing) {
+                for (name, l) in &deployments {
+                    if before.deployments.get(name) != Some(l) {
+                        wake(name);
+                    }
+                }
+            }
+            let listing = Listing {
+                at,
+                deployments: Arc::new(deployments),
+            };
+            last.listing = Some(listing.clone());
+            if let Ok(mut shown) = dir.shown.lock() {
+                *shown = Some(listing.clone());
+            }
+            last.failed_at = None;
+            Some(listing)
+        }
+        Err(s) => {
+            if s.code() == Code::Unimplemented {
+                last.unimplemented = true;
+            }
+            tracing::debug!(
+                "ListWorkerDeployments in {}: {}; every check reads its deployment instead",
+                key.temporal_namespace,
+                s.message()
+            );
+            last.failed_at = Some(Instant::now());
+            None
         }
     }
 }
@@ -330,9 +415,10 @@ impl Reads {
         self.budget(key).take(priority).await;
     }
 
-    /// The namespace's listing, refreshed first if older than `list_every`. One caller lists;
-    /// while it does, the others take the listing before it if that is younger than twice
-    /// `list_every`, and wait for the new one otherwise. None when the server cannot list.
+    /// The namespace's listing, refreshed if older than `list_every`. One caller refreshes it
+    /// at a time; a listing younger than twice `list_every` stands in meanwhile, for the
+    /// refreshing caller too (the refresh goes on in the background), and only a caller with
+    /// none that young waits for the paged list. None when the server cannot list.
     pub async fn listing(&self, conn: &Connection, key: &PoolKey) -> Option<Listing> {
         let dir = {
             let mut dirs = self.directories.lock().ok()?;
@@ -343,54 +429,20 @@ impl Reads {
             Ok(last) => last,
             Err(shown) => return Some(shown),
         };
-        let fresh = |l: &Listing| {
-            SystemTime::now()
-                .duration_since(l.at)
-                .is_ok_and(|age| age < every)
-        };
-        if last.unimplemented {
-            return None;
-        }
-        if let Some(l) = last.listing.as_ref().filter(|l| fresh(l)) {
-            return Some(l.clone());
-        }
-        if last.failed_at.is_some_and(|t| t.elapsed() < every) {
-            return None;
-        }
-        // Moving: every check of the namespace that may reuse a state waits for this one read.
-        self.take(key, Priority::Moving).await;
-        let at = SystemTime::now();
-        match super::list(conn, &key.temporal_namespace).await {
-            Ok(deployments) => {
-                if let (Some(wake), Some(before)) = (&self.wake, &last.listing) {
-                    for (name, l) in &deployments {
-                        if before.deployments.get(name) != Some(l) {
-                            wake(name);
-                        }
-                    }
-                }
-                let listing = Listing {
-                    at,
-                    deployments: Arc::new(deployments),
-                };
-                last.listing = Some(listing.clone());
-                if let Ok(mut shown) = dir.shown.lock() {
-                    *shown = Some(listing.clone());
-                }
-                last.failed_at = None;
-                Some(listing)
+        let budget = self.budget(key);
+        match refresh(&last, every, SystemTime::now()) {
+            Refresh::Fresh => last.listing.clone(),
+            Refresh::Skip => None,
+            Refresh::Behind => {
+                let stand_in = last.listing.clone();
+                let (conn, key, wake) = (conn.clone(), key.clone(), self.wake.clone());
+                tokio::spawn(async move {
+                    list_into(&mut last, &dir, &conn, &key, &budget, wake.as_ref()).await;
+                });
+                stand_in
             }
-            Err(s) => {
-                if s.code() == Code::Unimplemented {
-                    last.unimplemented = true;
-                }
-                tracing::debug!(
-                    "ListWorkerDeployments in {}: {}; every check reads its deployment instead",
-                    key.temporal_namespace,
-                    s.message()
-                );
-                last.failed_at = Some(Instant::now());
-                None
+            Refresh::Wait => {
+                list_into(&mut last, &dir, conn, key, &budget, self.wake.as_ref()).await
             }
         }
     }
@@ -519,6 +571,37 @@ mod tests {
             matches!(after, Ok(Ok(_))),
             "the refresh ended: the next may refresh"
         );
+    }
+
+    #[test]
+    fn a_listing_behind_stands_in_while_it_is_refreshed_and_only_one_too_old_is_waited_for() {
+        let every = Duration::from_secs(60);
+        let now = at(1000);
+        let last = |age_s: u64| Last {
+            listing: Some(listing(1000 - age_s, vec![])),
+            ..Default::default()
+        };
+        assert_eq!(refresh(&last(10), every, now), Refresh::Fresh);
+        // The one that finds it behind does not wait for the paged list either.
+        assert_eq!(refresh(&last(61), every, now), Refresh::Behind);
+        assert_eq!(refresh(&last(119), every, now), Refresh::Behind);
+        assert_eq!(refresh(&last(121), every, now), Refresh::Wait);
+        assert_eq!(refresh(&Last::default(), every, now), Refresh::Wait);
+        // A list that failed a moment ago is not asked again before `every`; the checks read
+        // their deployments meanwhile.
+        let mut failed = last(90);
+        failed.failed_at = Some(Instant::now());
+        assert_eq!(refresh(&failed, every, now), Refresh::Skip);
+        let long_ago = Instant::now().checked_sub(Duration::from_secs(61));
+        if let Some(t) = long_ago {
+            failed.failed_at = Some(t);
+            assert_eq!(refresh(&failed, every, now), Refresh::Wait);
+        }
+        let unimplemented = Last {
+            unimplemented: true,
+            ..Default::default()
+        };
+        assert_eq!(refresh(&unimplemented, every, now), Refresh::Skip);
     }
 
     #[test]

@@ -13,6 +13,7 @@ pub mod events;
 pub mod execute;
 pub mod observe;
 pub mod status;
+pub mod timing;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +40,7 @@ use crate::temporal::reads::{self as reads, Asking, Reads, Remembered};
 use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
+use timing::Phases;
 
 /// The controller label of the WorkerDeployment reconciler's metrics.
 const CONTROLLER: &str = "WorkerDeployment";
@@ -208,16 +210,23 @@ fn key(wd: &WorkerDeployment) -> String {
 
 /// Reconciles one WorkerDeployment, counted in the metrics.
 pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.queue.started(&key(&cached.watched()));
+    let mut phases = Phases::start(ctx.queue.started(&key(&cached.watched())));
     let (wd, template_problem) = cached.full();
     // The copy from before our own last status write, if the cache has not caught up.
     let wd = ctx.own.freshest(Arc::new(wd));
-    metrics::counted(
+    let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
+    let result = metrics::counted(
         CONTROLLER,
-        reconcile_one(wd, template_problem, ctx),
+        reconcile_one(wd, template_problem, ctx, &mut phases),
         Error::reason,
     )
-    .await
+    .await;
+    if phases.slow() {
+        tracing::info!(namespace = ns, name, "slow reconcile: {}", phases.summary());
+    } else {
+        tracing::debug!(namespace = ns, name, "reconciled in {}", phases.summary());
+    }
+    result
 }
 
 /// The error policy: only a failed status or finalizer write gets here; back off.
@@ -235,27 +244,31 @@ async fn reconcile_one(
     wd: Arc<WorkerDeployment>,
     template_problem: Option<String>,
     ctx: Arc<Context>,
+    phases: &mut Phases,
 ) -> Result<Action> {
     // Right after a start or a leadership gain a cache still filling reads as "not there": a
     // Connection "not found" would skip the cleanup of a deletion, a Deployment not yet seen
     // would be created again, a scaler not yet seen would have its replicas written over.
     ctx.synced.wait().await;
+    phases.mark("caches");
     if wd.metadata.deletion_timestamp.is_some() {
-        return delete(&wd, &ctx).await;
+        let action = delete(&wd, &ctx).await;
+        phases.mark("cleanup");
+        return action;
     }
     if !wd.finalizers().iter().any(|f| f == FINALIZER) {
         let mut finalizers = wd.finalizers().to_vec();
         finalizers.push(FINALIZER.into());
         let api = writes::namespaced_api(&ctx.client, wd.as_ref());
         // The update event brings us back with the finalizer in place.
-        return Ok(
-            match writes::swap_finalizers(&api, wd.as_ref(), finalizers).await? {
-                Swap::Written(_) | Swap::Gone => Action::await_change(),
-                Swap::Stale => Action::requeue(STALE_RETRY),
-            },
-        );
+        let swapped = writes::swap_finalizers(&api, wd.as_ref(), finalizers).await;
+        phases.mark("finalizer");
+        return Ok(match swapped? {
+            Swap::Written(_) | Swap::Gone => Action::await_change(),
+            Swap::Stale => Action::requeue(STALE_RETRY),
+        });
     }
-    roll_out(&wd, template_problem, &ctx).await
+    roll_out(&wd, template_problem, &ctx, phases).await
 }
 
 /// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
@@ -293,12 +306,13 @@ async fn roll_out(
     wd: &WorkerDeployment,
     template_problem: Option<String>,
     ctx: &Context,
+    phases: &mut Phases,
 ) -> Result<Action> {
     let now = SystemTime::now();
     let mut connection = None;
     let pass = match template_problem {
         Some(problem) => Err(Error::InvalidSpec(problem)),
-        None => pipeline(wd, ctx, now, &mut connection).await,
+        None => pipeline(wd, ctx, now, &mut connection, phases).await,
     };
     let previous = wd.status.clone().unwrap_or_default();
     let failure = match &pass {
@@ -364,10 +378,13 @@ async fn roll_out(
     for n in notes {
         ctx.event(wd, n.type_, n.reason, n.note).await;
     }
+    phases.mark("events");
     record_metrics(wd, &new_status);
     if previous != new_status {
         let api = writes::namespaced_api(&ctx.client, wd);
-        if let Some(written) = writes::apply_status(&api, &wd.name_any(), &new_status).await? {
+        let written = writes::apply_status(&api, &wd.name_any(), &new_status).await;
+        phases.mark("status");
+        if let Some(written) = written? {
             ctx.own.wrote(wd, written);
         }
     }
@@ -389,17 +406,23 @@ async fn pipeline(
     ctx: &Context,
     now: SystemTime,
     connection: &mut Option<ConnKey>,
+    phases: &mut Phases,
 ) -> Result<Pass> {
     observe::validate(wd)?;
     let resolved = connections::resolve(wd, &ctx.stores)?;
     *connection = Some(resolved.key.clone());
-    let temporal = observe::temporal(wd, ctx, &resolved).await?;
+    let temporal = observe::temporal(wd, ctx, &resolved).await;
+    phases.mark("client");
+    let temporal = temporal?;
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
-    let (observed, plan, fresh) = observe_and_plan(wd, ctx, &resolved, &temporal, now).await?;
+    let (observed, plan, fresh) =
+        observe_and_plan(wd, ctx, &resolved, &temporal, now, phases).await?;
     let gate_input = if plan.start_gates.is_empty() {
         Ok(Default::default())
     } else {
-        observe::gate_inputs(wd, &plan.start_gates, &ctx.client).await
+        let input = observe::gate_inputs(wd, &plan.start_gates, &ctx.client).await;
+        phases.mark("gate input");
+        input
     };
     let applied = execute::execute(
         ctx,
@@ -413,6 +436,7 @@ async fn pipeline(
         },
     )
     .await;
+    phases.mark("execute");
     let pace = pace::pace(wd, &observed, &plan, &ctx.intervals);
     if fresh && applied.error.is_none() {
         ctx.reads.remember(
@@ -448,6 +472,7 @@ async fn observe_and_plan(
     resolved: &connections::Resolved,
     temporal: &observe::Temporal,
     now: SystemTime,
+    phases: &mut Phases,
 ) -> Result<(Observed, Plan, bool)> {
     let first = observe::kubernetes(wd, ctx, now);
     let target = plan::target(wd, &first.deployments).0;
@@ -460,6 +485,7 @@ async fn observe_and_plan(
     } else {
         None
     };
+    phases.mark("listing");
     let stand_in = match reusable {
         Some(r)
             if reads::may_reuse(
@@ -487,6 +513,7 @@ async fn observe_and_plan(
             .then(|| (crate::temporal::DeploymentState::default(), None))
     });
     observe::target_pods(wd, ctx, &mut observed, &target).await;
+    phases.mark("pods");
     if let Some((state, target_observed)) = stand_in {
         observed.temporal = state;
         if let Some(t) = target_observed {
@@ -499,8 +526,9 @@ async fn observe_and_plan(
         }
     }
     let priority = reads::priority(remembered.as_ref(), wd);
-    let (state, target_observed) =
-        observe::read_temporal(wd, ctx, temporal, &target, priority, now).await?;
+    let read = observe::read_temporal(wd, ctx, temporal, &target, priority, now, phases).await;
+    phases.mark("read");
+    let (state, target_observed) = read?;
     metrics::global().state_read(false);
     // The caches again after the read; the pods' troubles stand.
     let again = observe::kubernetes(wd, ctx, now);

@@ -198,6 +198,7 @@ pub async fn read_temporal(
     target_build: &str,
     priority: Priority,
     now: SystemTime,
+    phases: &mut super::timing::Phases,
 ) -> Result<(DeploymentState, TargetObserved)> {
     // The version only names the server in messages: what decides is whether its Worker
     // Deployment calls answer `Unimplemented` (a managed service may report a version that
@@ -205,7 +206,10 @@ pub async fn read_temporal(
     let server_version = temporal.server_version.as_deref();
     let target = temporal.target(wd, ctx.identity());
     ctx.reads.take(&temporal.pool_key, priority).await;
-    let state = match target.describe().await {
+    phases.mark("budget");
+    let described = target.describe().await;
+    phases.mark("describe");
+    let state = match described {
         Ok(s) => s,
         Err(status) => {
             if temporal::is_connection_error(&status) {
@@ -222,6 +226,7 @@ pub async fn read_temporal(
     let needs = plan::needs(wd, target_build, &state);
     if needs.task_queues {
         ctx.reads.take(&temporal.pool_key, priority).await;
+        phases.mark("budget");
     }
     let mut target_observed = target_version(wd, needs, &target, target_build).await?;
     let promoted = plan::promoted_window(wd, target_build, &state, now);
