@@ -79,6 +79,11 @@ struct Cli {
     /// The changes are spread over this many seconds.
     #[arg(long, default_value_t = 5)]
     changes_spread_seconds: u64,
+    /// WorkerDeployments (others than those of `--changes`) whose image changes, over 2 s,
+    /// as soon as the restarted controller is ready: spec-change latency while every
+    /// WorkerDeployment at rest waits for its first read after the restart.
+    #[arg(long, default_value_t = 10)]
+    resync_changes: usize,
     /// The server's Worker Deployment read limit per namespace
     /// (`frontend.globalNamespaceWorkerDeploymentReadRPS`); the server's default (50) if unset.
     #[arg(long)]
@@ -323,6 +328,9 @@ fn cores() -> usize {
         .map(|n| n.get())
         .unwrap_or(1)
 }
+
+/// WorkerDeployments written, (namespace, name, when).
+type Written = Vec<(String, String, Instant)>;
 
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
@@ -670,6 +678,17 @@ impl Run {
         self.controller.process.restart(Duration::from_secs(10))?;
         self.controller.wait_ready().await?;
         let ready = t.elapsed();
+        // Changes while the restarted controller reads everything again (not the WorkerDeployments
+        // `spec_changes` picks: those are at offset 0 of each step, these at half a step).
+        let k = self.cli.resync_changes.min(self.total() / 2);
+        let step = self.total() / k.max(1);
+        let picked: Vec<(String, String)> = (0..k)
+            .map(|i| self.wds[i * step + step / 2].clone())
+            .collect();
+        let tag = self.tag + 1;
+        let (written, want) = self
+            .change_images(&picked, Duration::from_secs(2), tag)
+            .await?;
         let w = self.total() as f64;
         let deadline = Instant::now() + Duration::from_secs(self.cli.timeout_seconds);
         let (mut reconciled_at, mut described_at) = (None, None);
@@ -719,37 +738,47 @@ impl Run {
             );
         }
         self.usage_row();
+        if !written.is_empty() {
+            let found = self.latencies(&written).await;
+            self.print_latencies(
+                &format!("  {k} spec changes from ready, p50/p99/max"),
+                k,
+                &found,
+            );
+            self.finish_changes(want, "changes during the resync").await;
+        }
         Ok(())
     }
 
-    /// Patches the image of `--changes` WorkerDeployments, spread over a few seconds; spec write
-    /// -> the new versioned Deployment seen in a watch.
-    async fn spec_changes(&mut self) -> anyhow::Result<()> {
-        let k = self.cli.changes.min(self.total());
-        if k == 0 {
-            return Ok(());
-        }
-        eprintln!("spec-change latency: {k} image changes...");
-        let step = self.total() / k;
-        let picked: Vec<(String, String)> = (0..k).map(|i| self.wds[i * step].clone()).collect();
-        let gap = Duration::from_secs(self.cli.changes_spread_seconds) / k as u32;
-        let tag = self.tag + 1;
-        let mut written: Vec<(String, String, Instant)> = Vec::new();
+    /// Writes image tag `tag` into each of `picked`, spread over `spread`: (WorkerDeployment,
+    /// when written) and the generation each rollout must reach.
+    async fn change_images(
+        &mut self,
+        picked: &[(String, String)],
+        spread: Duration,
+        tag: usize,
+    ) -> anyhow::Result<(Written, HashMap<String, (i64, usize)>)> {
+        let gap = spread / picked.len().max(1) as u32;
+        let mut written = Vec::new();
         let mut want = HashMap::new();
-        for (ns, name) in &picked {
+        for (ns, name) in picked {
             let at = Instant::now();
             let generation = self.set_image(ns, name, tag).await?;
             written.push((ns.clone(), name.clone(), at));
             want.insert(format!("{ns}/{name}"), (generation, tag));
             tokio::time::sleep(gap).await;
         }
+        Ok((written, want))
+    }
+
+    /// For each written WorkerDeployment, the time from its write to the first new versioned
+    /// Deployment seen in a watch after it (waiting 120 s at most), fastest first.
+    async fn latencies(&self, written: &Written) -> Vec<(Duration, String, String)> {
         let deadline = Instant::now() + Duration::from_secs(120);
-        // (latency, WorkerDeployment, Deployment)
-        let mut found: Vec<(Duration, String, String)>;
         loop {
-            found = Vec::new();
+            let mut found = Vec::new();
             if let Ok(seen) = self.fleet.first_seen.lock() {
-                for (ns, name, at) in &written {
+                for (ns, name, at) in written {
                     let wd = format!("{ns}/{name}");
                     let first = seen
                         .by_wd
@@ -761,19 +790,18 @@ impl Run {
                 }
             }
             if found.len() == written.len() || Instant::now() > deadline {
-                break;
+                found.sort();
+                return found;
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
-        found.sort();
-        let mut latencies: Vec<Duration> = found.iter().map(|(d, _, _)| *d).collect();
-        latencies.sort();
-        println!(
-            "\nspec-change latency: {k} images patched over {} s (spec write -> new versioned Deployment seen in a watch)",
-            self.cli.changes_spread_seconds
-        );
+    }
+
+    /// Prints p50 / p99 / max of `found` (of `k` changes) and the three slowest.
+    fn print_latencies(&self, what: &str, k: usize, found: &[(Duration, String, String)]) {
+        let latencies: Vec<Duration> = found.iter().map(|(d, _, _)| *d).collect();
         row(
-            "  p50 / p99 / max",
+            what,
             format!(
                 "{:.2} s / {:.2} s / {:.2} s (n={} of {k})",
                 percentile(&latencies, 0.5).as_secs_f64(),
@@ -788,20 +816,50 @@ impl Run {
                 format!("{wd}: {deployment} after {:.2} s", d.as_secs_f64()),
             );
         }
-        // Let those rollouts finish, so later scenarios start from steady.
+    }
+
+    /// Waits for the rollouts of `want` (so later scenarios start from steady), then counts
+    /// them with the others; returns how long that took.
+    async fn finish_changes(
+        &mut self,
+        want: HashMap<String, (i64, usize)>,
+        what: &str,
+    ) -> Duration {
         let others = std::mem::take(&mut self.want);
         self.want = want;
-        let t = Instant::now();
-        let done = self.wait_rollouts(t, "spec changes").await;
+        let done = self.wait_rollouts(Instant::now(), what).await;
+        let changed = std::mem::take(&mut self.want);
+        self.want = others;
+        self.want.extend(changed);
+        done
+    }
+
+    /// Patches the image of `--changes` WorkerDeployments, spread over a few seconds; spec write
+    /// -> the new versioned Deployment seen in a watch.
+    async fn spec_changes(&mut self) -> anyhow::Result<()> {
+        let k = self.cli.changes.min(self.total());
+        if k == 0 {
+            return Ok(());
+        }
+        eprintln!("spec-change latency: {k} image changes...");
+        let step = self.total() / k;
+        let picked: Vec<(String, String)> = (0..k).map(|i| self.wds[i * step].clone()).collect();
+        let tag = self.tag + 1;
+        let spread = Duration::from_secs(self.cli.changes_spread_seconds);
+        let (written, want) = self.change_images(&picked, spread, tag).await?;
+        let found = self.latencies(&written).await;
+        println!(
+            "\nspec-change latency: {k} images patched over {} s (spec write -> new versioned Deployment seen in a watch)",
+            self.cli.changes_spread_seconds
+        );
+        self.print_latencies("  p50 / p99 / max", k, &found);
+        let done = self.finish_changes(want, "spec changes").await;
         if !self.cli.pods_never_start {
             row(
                 &format!("  those {k} RolloutComplete"),
                 format!("{:.1} s after the last write", done.as_secs_f64()),
             );
         }
-        let changed = std::mem::take(&mut self.want);
-        self.want = others;
-        self.want.extend(changed);
         // Every other WorkerDeployment goes to the same tag in the rollout scenario.
         self.tag = tag;
         Ok(())

@@ -372,10 +372,56 @@ pub fn priority(r: Option<&Remembered>, wd: &twc_api::WorkerDeployment) -> Prior
 /// Called with the `namespace/name` of worker deployments whose listing changed.
 pub type Wake = Arc<dyn Fn(&str) + Send + Sync>;
 
+/// Steady reads are paced: at most this many are due within the time the budget takes to grant
+/// them, so at most about this many reconciles wait for a token at the steady priority at once.
+/// The others are requeued at their turn, holding no reconcile slot meanwhile, so a spec
+/// change or a rollout in motion finds a free slot and goes ahead even while thousands at rest
+/// wait for their first read after a restart.
+pub const STEADY_SEATS: u32 = 8;
+
+/// The turn of each steady read, per Temporal namespace: a clock that every read moves on by
+/// one token's time, so steady reads are spread at the budget's rate behind the moving ones.
+#[derive(Default)]
+struct Turns {
+    /// When the namespace's budget is next expected to have a token nobody asked for.
+    next: HashMap<(String, String), Instant>,
+    /// WorkerDeployments (`namespace/name`) given a later turn, and when it comes.
+    given: HashMap<String, Instant>,
+}
+
+/// Whether a steady read goes now or at a later turn.
+#[derive(Debug, PartialEq)]
+pub enum Turn {
+    Now,
+    At(Instant),
+}
+
+/// The turn of a steady read given `given` (its turn from before, if any), against the
+/// namespace's clock `next`, with `spacing` per token and up to `seats` reads waiting.
+fn turn(
+    next: &mut Instant,
+    given: Option<Instant>,
+    now: Instant,
+    spacing: Duration,
+    seats: u32,
+) -> Turn {
+    if let Some(at) = given {
+        return if at <= now { Turn::Now } else { Turn::At(at) };
+    }
+    let at = (*next).max(now);
+    *next = at + spacing;
+    if at <= now + spacing * seats {
+        Turn::Now
+    } else {
+        Turn::At(at)
+    }
+}
+
 /// Budgets, listings and remembered states, shared by every reconcile.
 pub struct Reads {
     config: ReadConfig,
     budgets: Mutex<HashMap<(String, String), Arc<Budget>>>,
+    turns: Mutex<Turns>,
     directories: Mutex<HashMap<(String, String), Arc<Directory>>>,
     /// Boxed: a map's table holds a slot per entry and as many again spare, and a state is
     /// most of a KiB.
@@ -388,6 +434,7 @@ impl Reads {
         Self {
             config,
             budgets: Default::default(),
+            turns: Default::default(),
             directories: Default::default(),
             remembered: Default::default(),
             wake,
@@ -412,7 +459,41 @@ impl Reads {
 
     /// Waits for a read of the namespace `key` reads.
     pub async fn take(&self, key: &PoolKey, priority: Priority) {
+        if priority == Priority::Moving {
+            // A moving read goes ahead of the steady ones: their turns come after it.
+            self.advance(key);
+        }
         self.budget(key).take(priority).await;
+    }
+
+    fn spacing(&self) -> Duration {
+        Duration::from_secs_f64(1.0 / self.config.rate.max(0.001))
+    }
+
+    fn advance(&self, key: &PoolKey) {
+        let spacing = self.spacing();
+        if let Ok(mut turns) = self.turns.lock() {
+            let now = Instant::now();
+            let next = turns.next.entry(Self::scope(key)).or_insert(now);
+            *next = (*next).max(now) + spacing;
+        }
+    }
+
+    /// The turn of WorkerDeployment `wd_key`'s steady read of the namespace `key` reads: now,
+    /// or a later instant to be reconciled again at (see [`STEADY_SEATS`]).
+    pub fn steady_turn(&self, wd_key: &str, key: &PoolKey) -> Turn {
+        let spacing = self.spacing();
+        let Ok(mut turns) = self.turns.lock() else {
+            return Turn::Now;
+        };
+        let now = Instant::now();
+        let given = turns.given.remove(wd_key);
+        let next = turns.next.entry(Self::scope(key)).or_insert(now);
+        let t = turn(next, given, now, spacing, STEADY_SEATS);
+        if let Turn::At(at) = t {
+            turns.given.insert(wd_key.to_string(), at);
+        }
+        t
     }
 
     /// The namespace's listing, refreshed if older than `list_every`. One caller refreshes it
@@ -463,10 +544,18 @@ impl Reads {
         }
     }
 
-    /// Forgets what was read for `wd_key` (a failed pass, a deletion).
+    /// Forgets what was read for `wd_key` (a failed pass, a deletion), and its turn.
     pub fn forget(&self, wd_key: &str) {
         if let Ok(mut m) = self.remembered.lock() {
             m.remove(wd_key);
+        }
+        self.forget_turn(wd_key);
+    }
+
+    /// Drops `wd_key`'s steady turn (it reads at the moving priority now, or is gone).
+    pub fn forget_turn(&self, wd_key: &str) {
+        if let Ok(mut turns) = self.turns.lock() {
+            turns.given.remove(wd_key);
         }
     }
 }
@@ -571,6 +660,40 @@ mod tests {
             matches!(after, Ok(Ok(_))),
             "the refresh ended: the next may refresh"
         );
+    }
+
+    #[test]
+    fn steady_reads_take_turns_at_the_budgets_pace_and_keep_them() {
+        let now = Instant::now();
+        let spacing = Duration::from_millis(50); // 20 per second
+        let mut next = now;
+        // The first seats go now; the one after gets a turn one spacing later each.
+        let turns: Vec<Turn> = (0..12)
+            .map(|_| turn(&mut next, None, now, spacing, 8))
+            .collect();
+        assert!(turns[..9].iter().all(|t| *t == Turn::Now), "{turns:?}");
+        assert_eq!(turns[9], Turn::At(now + spacing * 9));
+        assert_eq!(turns[11], Turn::At(now + spacing * 11));
+        assert_eq!(next, now + spacing * 12);
+        // Back before its turn (another trigger): still later, and the clock does not move.
+        let early = turn(&mut next, Some(now + spacing * 9), now, spacing, 8);
+        assert_eq!(early, Turn::At(now + spacing * 9));
+        assert_eq!(next, now + spacing * 12);
+        // Back at its turn: now.
+        assert_eq!(
+            turn(
+                &mut next,
+                Some(now + spacing * 9),
+                now + spacing * 9,
+                spacing,
+                8
+            ),
+            Turn::Now
+        );
+        // After a quiet spell the clock starts from now again.
+        let later = now + Duration::from_secs(10);
+        assert_eq!(turn(&mut next, None, later, spacing, 8), Turn::Now);
+        assert_eq!(next, later + spacing);
     }
 
     #[test]

@@ -16,6 +16,7 @@ pub mod status;
 pub mod timing;
 
 use std::collections::HashMap;
+use std::ops::ControlFlow;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 
@@ -36,7 +37,7 @@ use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
-use crate::temporal::reads::{self as reads, Asking, Reads, Remembered};
+use crate::temporal::reads::{self as reads, Asking, Priority, Reads, Remembered, Turn};
 use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
@@ -314,6 +315,16 @@ async fn roll_out(
         Some(problem) => Err(Error::InvalidSpec(problem)),
         None => pipeline(wd, ctx, now, &mut connection, phases).await,
     };
+    let pass = match pass {
+        // Nothing was read or done: the status stands until the read at its turn.
+        Ok(Step::Later(at)) => {
+            return Ok(Action::requeue(
+                at.saturating_duration_since(std::time::Instant::now()),
+            ));
+        }
+        Ok(Step::Done(p)) => Ok(*p),
+        Err(e) => Err(e),
+    };
     let previous = wd.status.clone().unwrap_or_default();
     let failure = match &pass {
         Ok(p) => p.applied.error.as_ref(),
@@ -391,6 +402,15 @@ async fn roll_out(
     Ok(Action::requeue(requeue))
 }
 
+/// How far a reconcile got.
+enum Step {
+    /// Observed, planned and executed (boxed: a pass is large, a turn is an instant).
+    Done(Box<Pass>),
+    /// Its read is at the steady priority and its turn is later (see
+    /// [`reads::STEADY_SEATS`]): nothing read or done, reconcile again then.
+    Later(std::time::Instant),
+}
+
 /// One pass through observe -> plan -> execute.
 struct Pass {
     observed: Observed,
@@ -407,7 +427,7 @@ async fn pipeline(
     now: SystemTime,
     connection: &mut Option<ConnKey>,
     phases: &mut Phases,
-) -> Result<Pass> {
+) -> Result<Step> {
     observe::validate(wd)?;
     let resolved = connections::resolve(wd, &ctx.stores)?;
     *connection = Some(resolved.key.clone());
@@ -416,7 +436,10 @@ async fn pipeline(
     let temporal = temporal?;
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
     let (observed, plan, fresh) =
-        observe_and_plan(wd, ctx, &resolved, &temporal, now, phases).await?;
+        match observe_and_plan(wd, ctx, &resolved, &temporal, now, phases).await? {
+            ControlFlow::Continue(planned) => planned,
+            ControlFlow::Break(at) => return Ok(Step::Later(at)),
+        };
     let gate_input = if plan.start_gates.is_empty() {
         Ok(Default::default())
     } else {
@@ -453,19 +476,21 @@ async fn pipeline(
             },
         );
     }
-    Ok(Pass {
+    Ok(Step::Done(Box::new(Pass {
         observed,
         plan,
         applied,
         pace,
-    })
+    })))
 }
 
 /// Observes and plans: on the last state read when nothing says it changed (see
 /// [`reads::may_reuse`]), or on the namespace's listing when it shows no such worker
 /// deployment and no workers of it are up (see [`absent_from`]), else on a new read. A plan
 /// that writes Temporal or stops workers is always made again on a new read. Returns whether
-/// the state was read in this pass.
+/// the state was read in this pass, or breaks off with the instant of its turn when a read at
+/// the steady priority must wait for it (without holding the reconcile: see
+/// [`reads::STEADY_SEATS`]).
 async fn observe_and_plan(
     wd: &WorkerDeployment,
     ctx: &Context,
@@ -473,7 +498,7 @@ async fn observe_and_plan(
     temporal: &observe::Temporal,
     now: SystemTime,
     phases: &mut Phases,
-) -> Result<(Observed, Plan, bool)> {
+) -> Result<ControlFlow<std::time::Instant, (Observed, Plan, bool)>> {
     let first = observe::kubernetes(wd, ctx, now);
     let target = plan::target(wd, &first.deployments).0;
     let remembered = ctx.reads.recall(&key(wd));
@@ -522,10 +547,19 @@ async fn observe_and_plan(
         let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
         if !plan.needs_fresh_state() {
             metrics::global().state_read(true);
-            return Ok((observed, plan, false));
+            return Ok(ControlFlow::Continue((observed, plan, false)));
         }
     }
     let priority = reads::priority(remembered.as_ref(), wd);
+    match priority {
+        Priority::Steady => {
+            if let Turn::At(at) = ctx.reads.steady_turn(&key(wd), &temporal.pool_key) {
+                phases.mark("turn");
+                return Ok(ControlFlow::Break(at));
+            }
+        }
+        Priority::Moving => ctx.reads.forget_turn(&key(wd)),
+    }
     let read = observe::read_temporal(wd, ctx, temporal, &target, priority, now, phases).await;
     phases.mark("read");
     let (state, target_observed) = read?;
@@ -537,7 +571,7 @@ async fn observe_and_plan(
     observed.temporal = state;
     observed.target = target_observed;
     let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
-    Ok((observed, plan, true))
+    Ok(ControlFlow::Continue((observed, plan, true)))
 }
 
 /// Whether any versioned Deployment of the observed ones has its workers up.

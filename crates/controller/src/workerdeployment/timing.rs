@@ -79,7 +79,10 @@ mod tests {
         ];
         assert_eq!(p.total(), Duration::from_millis(2200));
         assert!(p.slow());
-        assert_eq!(p.summary(), "2.20 s (queued 0.01 s; listing 2.00, read 0.20)");
+        assert_eq!(
+            p.summary(),
+            "2.20 s (queued 0.01 s; listing 2.00, read 0.20)"
+        );
 
         let mut quick = Phases::start(None);
         quick.spent = vec![("read", Duration::from_millis(300))];
