@@ -88,6 +88,16 @@ pub struct Handle {
 
 type Scope = Option<String>;
 
+/// Objects per page of a watch's list (at a start, and after the watch falls too far
+/// behind): a page's response is read whole before it is parsed, so a smaller page lowers the
+/// peak memory of a start with thousands of objects (kube-runtime's default is 500).
+const LIST_PAGE_SIZE: u32 = 100;
+
+/// The configuration of every watch.
+fn watch_config() -> watcher::Config {
+    watcher::Config::default().page_size(LIST_PAGE_SIZE)
+}
+
 /// How often permissions lost while running are asked about again.
 const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -458,7 +468,7 @@ async fn run_controllers(
         let (s, idx, st) = (senders.clone(), index.clone(), stores.clone());
         let secrets = watcher::watcher(
             api::<PartialObjectMeta<Secret>>(&client, scope),
-            watcher::Config::default(),
+            watch_config(),
         )
         .default_backoff()
         .modify(trim)
@@ -492,24 +502,22 @@ async fn run_controllers(
         // Connections: feed the cache, re-queue their users on spec changes (not on the
         // finalizer's own writes or status), and drive their finalizer.
         let (s, idx, spec_changes) = (senders.clone(), index.clone(), SpecChanges::default());
-        let connections = watcher::watcher(
-            api::<Connection>(&client, scope),
-            watcher::Config::default(),
-        )
-        .default_backoff()
-        .modify(trim)
-        .inspect({
-            let (access, sc) = (access.clone(), scope.clone());
-            move |item| access.saw(twc_api::GROUP, "connections", sc.as_deref(), item)
-        })
-        .reflect(writers.connections)
-        .inspect_ok(move |ev| {
-            for c in spec_changes.changed(ev) {
-                let key = ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
-                s.workers(idx.users(&key));
-            }
-        })
-        .touched_objects();
+        let connections = watcher::watcher(api::<Connection>(&client, scope), watch_config())
+            .default_backoff()
+            .modify(trim)
+            .inspect({
+                let (access, sc) = (access.clone(), scope.clone());
+                move |item| access.saw(twc_api::GROUP, "connections", sc.as_deref(), item)
+            })
+            .reflect(writers.connections)
+            .inspect_ok(move |ev| {
+                for c in spec_changes.changed(ev) {
+                    let key =
+                        ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
+                    s.workers(idx.users(&key));
+                }
+            })
+            .touched_objects();
         tasks.push(Box::pin(
             Controller::for_stream(connections, cache.connections.clone())
                 .with_config(ctrl_config.clone())
@@ -557,7 +565,7 @@ async fn run_controllers(
         let t = wrt_triggers.clone();
         let deployments = watcher::watcher(
             api::<CachedDeployment>(&client, scope),
-            watcher::Config::default().labels(labels::DEPLOYMENT_NAME),
+            watch_config().labels(labels::DEPLOYMENT_NAME),
         )
         .default_backoff()
         .modify(trim)
@@ -591,7 +599,7 @@ async fn run_controllers(
         // Cached with the pod template as JSON (`cached`).
         let wds = watcher::watcher(
             api::<CachedWorkerDeployment>(&client, scope),
-            watcher::Config::default(),
+            watch_config(),
         )
         .default_backoff()
         .modify(trim)
@@ -666,7 +674,7 @@ async fn run_controllers(
         ));
         let wrts = watcher::watcher(
             api::<twc_api::WorkerResourceTemplate>(&client, scope),
-            watcher::Config::default(),
+            watch_config(),
         )
         .default_backoff()
         .modify(trim)
@@ -718,7 +726,7 @@ async fn run_controllers(
         let spec_changes = SpecChanges::default();
         let ccs = watcher::watcher(
             Api::<ClusterConnection>::all(client.clone()),
-            watcher::Config::default(),
+            watch_config(),
         )
         .default_backoff()
         .modify(trim)
