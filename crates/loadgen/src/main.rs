@@ -111,6 +111,10 @@ struct Cli {
     /// B of `--assert`: the read burst the controller promises.
     #[arg(long, requires = "expect_max_read_rps")]
     expect_burst: Option<f64>,
+    /// Of `--assert`: every spec change made during the resync (`--resync-changes`) has its new
+    /// Deployment within this many seconds.
+    #[arg(long)]
+    expect_resync_change_seconds: Option<f64>,
     /// Kubernetes writes in flight at once while creating and changing objects.
     #[arg(long, default_value_t = 32)]
     concurrency: usize,
@@ -142,6 +146,8 @@ struct Run {
     tag: usize,
     /// Rollouts that did not complete in time.
     incomplete: usize,
+    /// The slowest spec change made during the resync, and how many were seen of how many.
+    resync_changes: Option<(Duration, usize, usize)>,
     started: Instant,
 }
 
@@ -229,6 +235,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         premature: 0,
         tag: 1,
         incomplete: 0,
+        resync_changes: None,
         started,
     };
     print_setup(&run);
@@ -740,6 +747,8 @@ impl Run {
         self.usage_row();
         if !written.is_empty() {
             let found = self.latencies(&written).await;
+            let slowest = found.last().map(|(d, _, _)| *d).unwrap_or_default();
+            self.resync_changes = Some((slowest, found.len(), written.len()));
             self.print_latencies(
                 &format!("  {k} spec changes from ready, p50/p99/max"),
                 k,
@@ -994,6 +1003,29 @@ impl Run {
                 "  note {others:.0} ResourceExhausted on other operations (a deployment's own update rate), retried: {:?}",
                 server.exhausted
             );
+        }
+        if let Some(limit) = self.cli.expect_resync_change_seconds {
+            match self.resync_changes {
+                Some((slowest, seen, of)) if seen == of && slowest.as_secs_f64() <= limit => {
+                    println!(
+                        "  ok   the {of} spec changes during the resync had their Deployment within {:.2} s (limit {limit} s)",
+                        slowest.as_secs_f64()
+                    );
+                }
+                Some((slowest, seen, of)) => {
+                    println!(
+                        "  FAIL spec changes during the resync: {seen} of {of} had their Deployment, the slowest after {:.2} s (limit {limit} s)",
+                        slowest.as_secs_f64()
+                    );
+                    failed = true;
+                }
+                None => {
+                    println!(
+                        "  FAIL no spec changes were made during a resync (scenario steady or pending, --resync-changes)"
+                    );
+                    failed = true;
+                }
+            }
         }
         if let (Some(r), Some(b)) = (self.cli.expect_max_read_rps, self.cli.expect_burst) {
             let samples = self.sampler.since(self.started);
