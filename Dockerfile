@@ -42,6 +42,11 @@ USER 65532:65532
 # Two malloc arenas, not glibc's up to eight per core: the controller runs two Tokio workers,
 # and fewer arenas hold less freed memory (docs/benchmarks.md, "Where the memory goes").
 ENV MALLOC_ARENA_MAX=2
+# Allocations of 128 KiB or more (a page of a list, a response) get pages of their own, given
+# back when freed: glibc otherwise raises this threshold to the largest block freed, and a
+# burst's large blocks stay in its heap (at 1,000 WorkerDeployments after their first rollout:
+# 33.6 MiB instead of 37.8; docs/benchmarks.md).
+ENV MALLOC_MMAP_THRESHOLD_=131072
 # /metrics, and /livez + /readyz
 EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/twc"]
