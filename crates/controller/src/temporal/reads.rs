@@ -376,8 +376,9 @@ pub type Wake = Arc<dyn Fn(&str) + Send + Sync>;
 /// them, so at most about this many reconciles wait for a token at the steady priority at once.
 /// The others are requeued at their turn, holding no reconcile slot meanwhile, so a spec
 /// change or a rollout in motion finds a free slot and goes ahead even while thousands at rest
-/// wait for their first read after a restart.
-pub const STEADY_SEATS: u32 = 8;
+/// wait for their first read after a restart. One that waits longer than twice this many
+/// tokens' time (moving reads went first) gives its wait up and comes back at a new turn.
+pub const STEADY_SEATS: u32 = 4;
 
 /// The turn of each steady read, per Temporal namespace: a clock that every read moves on by
 /// one token's time, so steady reads are spread at the budget's rate behind the moving ones.
@@ -477,6 +478,20 @@ impl Reads {
             let next = turns.next.entry(Self::scope(key)).or_insert(now);
             *next = (*next).max(now) + spacing;
         }
+    }
+
+    /// How long a steady read waits for its token before it gives the reconcile slot up: twice
+    /// [`STEADY_SEATS`] tokens' time.
+    pub fn steady_patience(&self) -> Duration {
+        self.spacing() * STEADY_SEATS * 2
+    }
+
+    /// Waits for a read of the namespace `key` reads, at most `limit`; false if none came (the
+    /// wait given up costs no token).
+    pub async fn take_within(&self, key: &PoolKey, priority: Priority, limit: Duration) -> bool {
+        tokio::time::timeout(limit, self.take(key, priority))
+            .await
+            .is_ok()
     }
 
     /// The turn of WorkerDeployment `wd_key`'s steady read of the namespace `key` reads: now,

@@ -551,15 +551,26 @@ async fn observe_and_plan(
         }
     }
     let priority = reads::priority(remembered.as_ref(), wd);
+    let pool_key = &temporal.pool_key;
     match priority {
         Priority::Steady => {
-            if let Turn::At(at) = ctx.reads.steady_turn(&key(wd), &temporal.pool_key) {
+            if let Turn::At(at) = ctx.reads.steady_turn(&key(wd), pool_key) {
                 phases.mark("turn");
                 return Ok(ControlFlow::Break(at));
             }
+            let patience = ctx.reads.steady_patience();
+            if !ctx.reads.take_within(pool_key, priority, patience).await {
+                // Moving reads went first: the slot goes to them, this comes back at a new turn.
+                phases.mark("budget");
+                return Ok(ControlFlow::Break(std::time::Instant::now() + patience));
+            }
         }
-        Priority::Moving => ctx.reads.forget_turn(&key(wd)),
+        Priority::Moving => {
+            ctx.reads.forget_turn(&key(wd));
+            ctx.reads.take(pool_key, priority).await;
+        }
     }
+    phases.mark("budget");
     let read = observe::read_temporal(wd, ctx, temporal, &target, priority, now, phases).await;
     phases.mark("read");
     let (state, target_observed) = read?;

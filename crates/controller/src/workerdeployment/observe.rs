@@ -188,9 +188,10 @@ fn troubles(pod: &Pod) -> Vec<PodTrouble> {
     out
 }
 
-/// Reads the worker deployment's state and what the planner needs about `target_build`, each
-/// Worker Deployment read waiting for the namespace's budget at `priority`; `now` is the
-/// reconcile's (the planner judges the analysis window with the same clock).
+/// Reads the worker deployment's state and what the planner needs about `target_build`: the
+/// describe on the token the caller took, each further Worker Deployment read waiting for the
+/// namespace's budget at `priority`; `now` is the reconcile's (the planner judges the analysis
+/// window with the same clock).
 pub async fn read_temporal(
     wd: &WorkerDeployment,
     ctx: &Context,
@@ -205,8 +206,6 @@ pub async fn read_temporal(
     // does not follow the open-source releases).
     let server_version = temporal.server_version.as_deref();
     let target = temporal.target(wd, ctx.identity());
-    ctx.reads.take(&temporal.pool_key, priority).await;
-    phases.mark("budget");
     let described = target.describe().await;
     phases.mark("describe");
     let state = match described {
