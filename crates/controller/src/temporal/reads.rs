@@ -392,7 +392,7 @@ struct Turns {
 
 /// Whether a steady read goes now or at a later turn.
 #[derive(Debug, PartialEq)]
-pub enum Turn {
+enum Turn {
     Now,
     At(Instant),
 }
@@ -409,13 +409,19 @@ fn turn(
     if let Some(at) = given {
         return if at <= now { Turn::Now } else { Turn::At(at) };
     }
-    let at = (*next).max(now);
-    *next = at + spacing;
+    let at = step(next, now, spacing);
     if at <= now + spacing * seats {
         Turn::Now
     } else {
         Turn::At(at)
     }
+}
+
+/// Moves the namespace's clock `next` on by one token: returns the instant that token is due.
+fn step(next: &mut Instant, now: Instant, spacing: Duration) -> Instant {
+    let at = (*next).max(now);
+    *next = at + spacing;
+    at
 }
 
 /// Budgets, listings and remembered states, shared by every reconcile.
@@ -476,27 +482,40 @@ impl Reads {
         if let Ok(mut turns) = self.turns.lock() {
             let now = Instant::now();
             let next = turns.next.entry(Self::scope(key)).or_insert(now);
-            *next = (*next).max(now) + spacing;
+            step(next, now, spacing);
         }
     }
 
-    /// How long a steady read waits for its token before it gives the reconcile slot up: twice
-    /// [`STEADY_SEATS`] tokens' time.
-    pub fn steady_patience(&self) -> Duration {
-        self.spacing() * STEADY_SEATS * 2
-    }
-
-    /// Waits for a read of the namespace `key` reads, at most `limit`; false if none came (the
-    /// wait given up costs no token).
-    pub async fn take_within(&self, key: &PoolKey, priority: Priority, limit: Duration) -> bool {
-        tokio::time::timeout(limit, self.take(key, priority))
-            .await
-            .is_ok()
+    /// Waits for the token of WorkerDeployment `wd_key`'s read of the namespace `key` reads. A
+    /// moving read waits in the budget. A steady read takes its turn (see [`STEADY_SEATS`]):
+    /// it breaks off with the instant to be reconciled again at when its turn is later, or when
+    /// no token came within twice `STEADY_SEATS` tokens' time (the wait given up costs no
+    /// token), so that it never holds a reconcile slot for long.
+    pub async fn grant(
+        &self,
+        wd_key: &str,
+        key: &PoolKey,
+        priority: Priority,
+    ) -> std::ops::ControlFlow<Instant> {
+        use std::ops::ControlFlow::{Break, Continue};
+        if priority == Priority::Moving {
+            self.forget_turn(wd_key);
+            self.take(key, priority).await;
+            return Continue(());
+        }
+        if let Turn::At(at) = self.steady_turn(wd_key, key) {
+            return Break(at);
+        }
+        let patience = self.spacing() * STEADY_SEATS * 2;
+        match tokio::time::timeout(patience, self.take(key, priority)).await {
+            Ok(()) => Continue(()),
+            Err(_) => Break(Instant::now() + patience),
+        }
     }
 
     /// The turn of WorkerDeployment `wd_key`'s steady read of the namespace `key` reads: now,
     /// or a later instant to be reconciled again at (see [`STEADY_SEATS`]).
-    pub fn steady_turn(&self, wd_key: &str, key: &PoolKey) -> Turn {
+    fn steady_turn(&self, wd_key: &str, key: &PoolKey) -> Turn {
         let spacing = self.spacing();
         let Ok(mut turns) = self.turns.lock() else {
             return Turn::Now;
@@ -568,7 +587,7 @@ impl Reads {
     }
 
     /// Drops `wd_key`'s steady turn (it reads at the moving priority now, or is gone).
-    pub fn forget_turn(&self, wd_key: &str) {
+    fn forget_turn(&self, wd_key: &str) {
         if let Ok(mut turns) = self.turns.lock() {
             turns.given.remove(wd_key);
         }
@@ -675,6 +694,50 @@ mod tests {
             matches!(after, Ok(Ok(_))),
             "the refresh ended: the next may refresh"
         );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_steady_read_short_of_a_token_gives_its_wait_up_at_no_cost() {
+        use std::ops::ControlFlow;
+        let config = ReadConfig {
+            rate: 1.0,
+            burst: 1,
+            list_every: Duration::from_secs(60),
+        };
+        let reads = Reads::new(config, None);
+        let k = key("h:7233");
+        // A moving read takes the only token; the steady read's turn is within its seats, but
+        // no token comes within its patience (8 s at 1 a second).
+        assert_eq!(
+            reads.grant("ns/a", &k, Priority::Moving).await,
+            ControlFlow::Continue(())
+        );
+        let start = tokio::time::Instant::now();
+        let moving = {
+            let (reads, k) = (&reads, k.clone());
+            async move {
+                // Moving reads keep the budget: a token a second for 10 s.
+                for _ in 0..10 {
+                    let _ = reads.grant("ns/m", &k, Priority::Moving).await;
+                }
+            }
+        };
+        let steady = reads.grant("ns/b", &k, Priority::Steady);
+        let (_, gave_up) = tokio::join!(moving, steady);
+        assert!(
+            matches!(gave_up, ControlFlow::Break(_)),
+            "a steady read starved by moving ones gives its slot up"
+        );
+        assert!(start.elapsed() <= Duration::from_secs(11));
+        // Its turn is behind the moving reads' now.
+        assert!(matches!(
+            reads.grant("ns/c", &k, Priority::Steady).await,
+            ControlFlow::Break(_)
+        ));
+        // The given-up wait cost no token: the next read gets the one that comes next.
+        let before = tokio::time::Instant::now();
+        reads.take(&k, Priority::Steady).await;
+        assert!(before.elapsed() <= Duration::from_millis(1100));
     }
 
     #[test]

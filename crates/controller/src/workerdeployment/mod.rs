@@ -37,7 +37,7 @@ use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Observed, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
-use crate::temporal::reads::{self as reads, Asking, Priority, Reads, Remembered, Turn};
+use crate::temporal::reads::{self as reads, Asking, Reads, Remembered};
 use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
@@ -317,12 +317,12 @@ async fn roll_out(
     };
     let pass = match pass {
         // Nothing was read or done: the status stands until the read at its turn.
-        Ok(Step::Later(at)) => {
+        Ok(ControlFlow::Break(at)) => {
             return Ok(Action::requeue(
                 at.saturating_duration_since(std::time::Instant::now()),
             ));
         }
-        Ok(Step::Done(p)) => Ok(*p),
+        Ok(ControlFlow::Continue(p)) => Ok(*p),
         Err(e) => Err(e),
     };
     let previous = wd.status.clone().unwrap_or_default();
@@ -402,15 +402,6 @@ async fn roll_out(
     Ok(Action::requeue(requeue))
 }
 
-/// How far a reconcile got.
-enum Step {
-    /// Observed, planned and executed (boxed: a pass is large, a turn is an instant).
-    Done(Box<Pass>),
-    /// Its read is at the steady priority and its turn is later (see
-    /// [`reads::STEADY_SEATS`]): nothing read or done, reconcile again then.
-    Later(std::time::Instant),
-}
-
 /// One pass through observe -> plan -> execute.
 struct Pass {
     observed: Observed,
@@ -420,14 +411,15 @@ struct Pass {
 }
 
 /// Observes, plans and executes; `connection` is set as soon as the reference resolves (the
-/// status records it even if a later step fails).
+/// status records it even if a later step fails). Breaks off, with nothing read or done, when
+/// its read at the steady priority must wait for its turn: reconcile again at that instant.
 async fn pipeline(
     wd: &WorkerDeployment,
     ctx: &Context,
     now: SystemTime,
     connection: &mut Option<ConnKey>,
     phases: &mut Phases,
-) -> Result<Step> {
+) -> Result<ControlFlow<std::time::Instant, Box<Pass>>> {
     observe::validate(wd)?;
     let resolved = connections::resolve(wd, &ctx.stores)?;
     *connection = Some(resolved.key.clone());
@@ -438,7 +430,7 @@ async fn pipeline(
     let (observed, plan, fresh) =
         match observe_and_plan(wd, ctx, &resolved, &temporal, now, phases).await? {
             ControlFlow::Continue(planned) => planned,
-            ControlFlow::Break(at) => return Ok(Step::Later(at)),
+            ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
         };
     let gate_input = if plan.start_gates.is_empty() {
         Ok(Default::default())
@@ -476,7 +468,7 @@ async fn pipeline(
             },
         );
     }
-    Ok(Step::Done(Box::new(Pass {
+    Ok(ControlFlow::Continue(Box::new(Pass {
         observed,
         plan,
         applied,
@@ -551,26 +543,14 @@ async fn observe_and_plan(
         }
     }
     let priority = reads::priority(remembered.as_ref(), wd);
-    let pool_key = &temporal.pool_key;
-    match priority {
-        Priority::Steady => {
-            if let Turn::At(at) = ctx.reads.steady_turn(&key(wd), pool_key) {
-                phases.mark("turn");
-                return Ok(ControlFlow::Break(at));
-            }
-            let patience = ctx.reads.steady_patience();
-            if !ctx.reads.take_within(pool_key, priority, patience).await {
-                // Moving reads went first: the slot goes to them, this comes back at a new turn.
-                phases.mark("budget");
-                return Ok(ControlFlow::Break(std::time::Instant::now() + patience));
-            }
-        }
-        Priority::Moving => {
-            ctx.reads.forget_turn(&key(wd));
-            ctx.reads.take(pool_key, priority).await;
-        }
-    }
+    let granted = ctx
+        .reads
+        .grant(&key(wd), &temporal.pool_key, priority)
+        .await;
     phases.mark("budget");
+    if let ControlFlow::Break(at) = granted {
+        return Ok(ControlFlow::Break(at));
+    }
     let read = observe::read_temporal(wd, ctx, temporal, &target, priority, now, phases).await;
     phases.mark("read");
     let (state, target_observed) = read?;
