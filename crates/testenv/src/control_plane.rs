@@ -22,7 +22,14 @@ use crate::{Error, paths};
 /// collection, Deployments -> ReplicaSets -> Pods, namespace deletion and ServiceAccounts.
 pub const CONTROLLERS: &str = "garbagecollector,deployment,replicaset,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher";
 
+/// With a real node, also: the Node lifecycle (it lifts the `not-ready` taint a kubelet
+/// registers with, and marks an unresponsive node), taint-based eviction, and EndpointSlices.
+pub const NODE_CONTROLLERS: &str = "nodelifecycle,taint-eviction-controller,endpointslice";
+
 const ADMIN_TOKEN_USER: &str = "twc-admin";
+
+/// The `kubernetes` Service's ClusterIP: the first address of `--service-cluster-ip-range`.
+pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
 /// Options for [`ControlPlane::start`].
 #[derive(Clone, Debug)]
@@ -31,6 +38,11 @@ pub struct ControlPlaneOptions {
     pub controller_manager: bool,
     /// Extra `--flag=value` arguments for kube-apiserver.
     pub apiserver_args: Vec<String>,
+    /// Serve a real node ([`crate::node`]) too: kube-apiserver also listens on the node's
+    /// bridge address and advertises it (so the `kubernetes` Service leads pods to it through
+    /// kube-proxy), authorizes kubelets with the Node authorizer, and issues a token for the
+    /// node named here (`system:node:<name>`, group `system:nodes`).
+    pub node: Option<String>,
 }
 
 impl Default for ControlPlaneOptions {
@@ -38,6 +50,7 @@ impl Default for ControlPlaneOptions {
         Self {
             controller_manager: true,
             apiserver_args: Vec::new(),
+            node: None,
         }
     }
 }
@@ -52,6 +65,8 @@ pub struct ControlPlane {
     admin_token: String,
     /// An admin kubeconfig file (usable by kubectl too).
     pub kubeconfig_path: PathBuf,
+    /// The kubeconfig of the node's kubelet ([`ControlPlaneOptions::node`]).
+    pub node_kubeconfig_path: Option<PathBuf>,
     log_dir: PathBuf,
 }
 
@@ -77,22 +92,32 @@ impl ControlPlane {
                 "kubernetes",
                 "kubernetes.default",
                 "kubernetes.default.svc",
+                "kubernetes.default.svc.cluster.local",
+                // The `kubernetes` Service's ClusterIP (the first of the service range) and the
+                // real node's bridge address, which pods reach it by.
+                KUBERNETES_SERVICE_IP,
+                crate::node::HOST_IP,
             ],
             Usage::Server,
             time::Duration::days(30),
         )?;
         let (sa_key, sa_pub) = crate::pki::signing_key_pair()?;
         let admin_token = random_token();
+        let node_token = random_token();
+        let mut tokens =
+            format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},system:masters\n");
+        if let Some(node) = &opts.node {
+            tokens.push_str(&format!(
+                "{node_token},system:node:{node},system:node:{node},system:nodes\n"
+            ));
+        }
         let files = [
             ("ca.crt", ca.cert_pem.clone()),
             ("apiserver.crt", serving.cert_pem.clone()),
             ("apiserver.key", serving.key_pem.clone()),
             ("sa.key", sa_key),
             ("sa.pub", sa_pub),
-            (
-                "tokens.csv",
-                format!("{admin_token},{ADMIN_TOKEN_USER},{ADMIN_TOKEN_USER},system:masters\n"),
-            ),
+            ("tokens.csv", tokens),
         ];
         for (name, content) in &files {
             let p = pki.join(name);
@@ -135,8 +160,6 @@ impl ControlPlane {
         // kube-apiserver
         let mut api_args = vec![
             format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-            "--bind-address=127.0.0.1".into(),
-            "--advertise-address=127.0.0.1".into(),
             format!("--secure-port={api_port}"),
             format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
             format!(
@@ -145,7 +168,6 @@ impl ControlPlane {
             ),
             format!("--client-ca-file={}", pki.join("ca.crt").display()),
             format!("--token-auth-file={}", pki.join("tokens.csv").display()),
-            "--authorization-mode=RBAC".into(),
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
             format!(
                 "--service-account-key-file={}",
@@ -157,10 +179,28 @@ impl ControlPlane {
             ),
             "--service-cluster-ip-range=10.96.0.0/24".into(),
             "--allow-privileged=true".into(),
-            "--endpoint-reconciler-type=none".into(),
             "--profiling=false".into(),
             format!("--cert-dir={}", pki.join("generated").display()),
         ];
+        if opts.node.is_some() {
+            // Loopback for the host's clients, the bridge for pods (through kube-proxy); the
+            // lease reconciler keeps the `kubernetes` Service's endpoint at the bridge address.
+            api_args.extend([
+                "--bind-address=0.0.0.0".to_string(),
+                format!("--advertise-address={}", crate::node::HOST_IP),
+                "--endpoint-reconciler-type=lease".into(),
+                "--authorization-mode=Node,RBAC".into(),
+                // `kubectl logs` reaches the kubelet by the node's address; its name is in no DNS.
+                "--kubelet-preferred-address-types=InternalIP".into(),
+            ]);
+        } else {
+            api_args.extend([
+                "--bind-address=127.0.0.1".to_string(),
+                "--advertise-address=127.0.0.1".into(),
+                "--endpoint-reconciler-type=none".into(),
+                "--authorization-mode=RBAC".into(),
+            ]);
+        }
         api_args.extend(opts.apiserver_args.iter().cloned());
         let api_spec = Spec::new(
             "kube-apiserver",
@@ -175,6 +215,16 @@ impl ControlPlane {
         let kubeconfig = kubeconfig_json(&server_url, &ca.cert_pem, &admin_token);
         std::fs::write(&kubeconfig_path, kubeconfig.to_string())
             .map_err(|e| Error::io("testenv", &kubeconfig_path, e))?;
+        let node_kubeconfig_path = match &opts.node {
+            Some(_) => {
+                let path = dir.join("node.kubeconfig");
+                let config = kubeconfig_json(&server_url, &ca.cert_pem, &node_token);
+                std::fs::write(&path, config.to_string())
+                    .map_err(|e| Error::io("testenv", &path, e))?;
+                Some(path)
+            }
+            None => None,
+        };
 
         let client = client_from_kubeconfig(kubeconfig).await?;
         let started = Instant::now();
@@ -204,6 +254,7 @@ impl ControlPlane {
             ca_pem: ca.cert_pem.clone(),
             admin_token,
             kubeconfig_path,
+            node_kubeconfig_path,
             log_dir: dir.to_path_buf(),
         };
 
@@ -227,7 +278,11 @@ impl ControlPlane {
                 format!("--secure-port={kcm_port}"),
                 format!("--cert-dir={}", pki.join("kcm").display()),
                 "--leader-elect=false".into(),
-                format!("--controllers={CONTROLLERS}"),
+                if opts.node.is_some() {
+                    format!("--controllers={CONTROLLERS},{NODE_CONTROLLERS}")
+                } else {
+                    format!("--controllers={CONTROLLERS}")
+                },
                 format!(
                     "--service-account-private-key-file={}",
                     pki.join("sa.key").display()

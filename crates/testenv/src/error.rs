@@ -44,6 +44,19 @@ pub enum Error {
         observed: String,
     },
 
+    #[error(
+        "the real node cannot start on this machine:\n  - {}\n(tests that need the real node \
+         fail until then; docs/testing.md)",
+        .0.join("\n  - ")
+    )]
+    NodeUnavailable(Vec<String>),
+
+    #[error(
+        "image archive {0} not found: build the images with `hack/image.sh --profile dev` \
+         (hack/test.sh does), or point TWC_IMAGES_DIR at their directory"
+    )]
+    MissingImage(PathBuf),
+
     #[error("kubernetes: {0}")]
     Kube(#[from] kube::Error),
 

@@ -5,7 +5,9 @@
 //!   kube-controller-manager (garbage collector, Deployments, ReplicaSets, namespaces,
 //!   ServiceAccounts), on loopback with free ports;
 //! * [`TemporalServer`]: `temporal server start-dev` with fast drainage;
-//! * [`PodRunner`]: binds pods to a Node and runs their containers as local processes.
+//! * [`PodRunner`]: binds pods to a Node and runs their containers as local processes;
+//! * [`node::NodeEnv`]: instead of the pod runner, a real node (containerd, runc, a kubelet,
+//!   kube-proxy, kube-scheduler) running pods as containers of images built here.
 //!
 //! Tests share one environment per test binary through [`shared`]; each test makes its own
 //! namespaces ([`TestEnv::namespace`], [`TestEnv::temporal_namespace`]) and its own clients
@@ -18,6 +20,7 @@ pub mod control_plane;
 pub mod controller;
 pub mod crds;
 mod error;
+pub mod node;
 pub mod paths;
 pub mod pki;
 pub mod pod_runner;

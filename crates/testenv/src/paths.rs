@@ -52,6 +52,39 @@ pub fn kubectl() -> PathBuf {
     binary("TWC_KUBECTL", dir.join("kubectl"))
 }
 
+/// The real node's kubelet ([`crate::node`]).
+pub fn kubelet() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary("TWC_KUBELET", dir.join("kubelet"))
+}
+
+pub fn kube_scheduler() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary("TWC_KUBE_SCHEDULER", dir.join("kube-scheduler"))
+}
+
+pub fn kube_proxy() -> PathBuf {
+    let dir = cache_dir().join(format!("k8s-v{}", version("KUBERNETES_VERSION")));
+    binary("TWC_KUBE_PROXY", dir.join("kube-proxy"))
+}
+
+/// The OCI archive of image `name` (`pause`, `temporal-worker-controller`, `example-worker`)
+/// that `hack/image.sh` writes: `$TWC_IMAGES_DIR/<name>.oci.tar`, else
+/// `<target>/images/<name>.oci.tar`.
+pub fn image_archive(name: &str) -> PathBuf {
+    let dir = std::env::var_os("TWC_IMAGES_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| target_dir().join("images"));
+    dir.join(format!("{name}.oci.tar"))
+}
+
+/// `$CARGO_TARGET_DIR`, else the workspace's `target`.
+fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../target"))
+}
+
 pub fn etcd() -> PathBuf {
     let dir = cache_dir().join(format!("etcd-v{}", version("ETCD_VERSION")));
     binary("TWC_ETCD", dir.join("etcd"))

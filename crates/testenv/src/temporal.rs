@@ -39,6 +39,11 @@ pub struct TemporalOptions {
     /// Keep the server's state in this SQLite file (`--db-filename`), so that it survives
     /// [`TemporalServer::restart`]; in memory when None.
     pub db_file: Option<std::path::PathBuf>,
+    /// Listen on every interface (`--ip 0.0.0.0`) instead of loopback only, so that a real
+    /// node's pods reach it at [`crate::node::HOST_IP`]. (Not `--ip <bridge address>`: the dev
+    /// server's services then listen there but dial each other on 127.0.0.1, and fail.)
+    /// [`TemporalServer::address`] stays on loopback.
+    pub all_interfaces: bool,
 }
 
 impl Default for TemporalOptions {
@@ -50,6 +55,7 @@ impl Default for TemporalOptions {
                 .collect(),
             namespace_pool: NAMESPACE_POOL,
             db_file: None,
+            all_interfaces: false,
         }
     }
 }
@@ -96,7 +102,11 @@ impl TemporalServer {
             "start-dev",
             "--headless",
             "--ip",
-            "127.0.0.1",
+            if opts.all_interfaces {
+                "0.0.0.0"
+            } else {
+                "127.0.0.1"
+            },
             "--log-level",
             "warn",
         ]

@@ -141,11 +141,16 @@ pub async fn target_pods(
 }
 
 /// What keeps `pod`'s containers from being ready.
+/// The kubelet's reason for a container it restarts after a back-off.
+const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
+
+/// The target's containers that are not ready, and why, as the kubelet reports them.
 fn troubles(pod: &Pod) -> Vec<PodTrouble> {
     let name = pod.name_any();
     let Some(status) = pod.status.as_ref() else {
         return Vec::new();
     };
+    let deleting = pod.metadata.deletion_timestamp.is_some();
     let mut out = Vec::new();
     let containers = status
         .init_container_statuses
@@ -157,7 +162,21 @@ fn troubles(pod: &Pod) -> Vec<PodTrouble> {
         let (reason, message) = if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
             (w.reason.clone(), w.message.clone())
         } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-            (t.reason.clone(), Some(format!("exit code {}", t.exit_code)))
+            if c.restart_count > 0 && !deleting {
+                // Between two restarts the kubelet (1.35, seen on the real node) may report a
+                // container that keeps exiting as `terminated` rather than `waiting:
+                // CrashLoopBackOff`, while it holds the restart back: the same crash loop.
+                (
+                    Some(CRASH_LOOP_BACK_OFF.to_string()),
+                    Some(format!(
+                        "exited with code {} ({}), restarted after a back-off",
+                        t.exit_code,
+                        t.reason.as_deref().unwrap_or("no reason")
+                    )),
+                )
+            } else {
+                (t.reason.clone(), Some(format!("exit code {}", t.exit_code)))
+            }
         } else {
             (None, None)
         };
@@ -472,6 +491,47 @@ mod tests {
                 workflow: true,
             })
             .collect()
+    }
+
+    fn pod(deleting: bool, restarts: i32, state: serde_json::Value) -> Pod {
+        let mut meta = serde_json::json!({"name": "p"});
+        if deleting {
+            meta["deletionTimestamp"] = "2026-12-03T10:48:19Z".into();
+        }
+        serde_json::from_value(serde_json::json!({
+            "metadata": meta,
+            "status": {"containerStatuses": [{
+                "name": "worker", "image": "w", "imageID": "", "ready": false,
+                "restartCount": restarts, "state": state,
+            }]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[test]
+    fn a_container_that_keeps_exiting_is_a_crash_loop_in_either_of_the_kubelets_shapes() {
+        let waiting = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}});
+        // As the kubelet 1.35 on the real node reports it between restarts.
+        let terminated = serde_json::json!({"terminated": {
+            "exitCode": 1, "reason": "Error", "finishedAt": "2026-12-03T10:48:19Z"}});
+        for state in [waiting, terminated.clone()] {
+            let t = troubles(&pod(false, 3, state));
+            assert_eq!(t.len(), 1);
+            assert_eq!(t[0].reason, "CrashLoopBackOff");
+            assert_eq!(t[0].restarts, 3);
+        }
+        let t = troubles(&pod(false, 3, terminated.clone()));
+        assert!(
+            t[0].message.contains("exited with code 1 (Error)"),
+            "{}",
+            t[0].message
+        );
+        // Never restarted, or stopping with its pod: an exit, not a loop.
+        assert_eq!(
+            troubles(&pod(false, 0, terminated.clone()))[0].reason,
+            "Error"
+        );
+        assert_eq!(troubles(&pod(true, 3, terminated))[0].reason, "Error");
     }
 
     #[test]
