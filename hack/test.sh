@@ -18,6 +18,11 @@ if [ "$#" -eq 0 ]; then
   hack/playground.sh --exit-when-ready --dir "${CARGO_TARGET_DIR:-target}/playground"
   cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
     --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
+  # The same on the real node: the workers are containers under containerd and a kubelet, and
+  # a worker container killed and the kubelet restarted join the faults (docs/testing.md).
+  cargo run -q -p twc-chaos -- --real-node --rollouts 6 --worker-deployments 2 \
+    --fault-every-seconds 6 --seed "${TWC_CHAOS_SEED:-20261203}" \
+    --dir "${CARGO_TARGET_DIR:-target}/chaos-node"
   # The read budget, kept honest (the scale runs are in docs/benchmarks.md): 40 WorkerDeployments
   # roll out twice under a budget of 5 reads per second against a server that refuses more than
   # 8; every rollout completes, no read is refused, and no 10 s holds more than the bucket allows

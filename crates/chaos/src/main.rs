@@ -33,6 +33,11 @@
 //!   written over while that version is current. Rollouts slower than the bound while faults
 //!   go on are counted, not judged.
 //!
+//! With `--real-node`, the workers are containers of the example worker image under containerd
+//! and a real kubelet (`crates/testenv/src/node`; the images from `hack/image.sh`), each
+//! version with two replicas, and two more faults join: a worker container killed (SIGKILL,
+//! the kubelet restarts it) and the kubelet restarted.
+//!
 //! The seed is printed; the same seed replays the same choices (the timing of the servers is
 //! not seeded). Exits non-zero on any violation.
 
@@ -45,20 +50,27 @@ use std::time::{Duration, Instant, SystemTime};
 use anyhow::{Context as _, bail};
 use clap::Parser;
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::Secret;
-use kube::Client;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PostParams};
+use kube::{Client, ResourceExt};
 use serde_json::{Value, json};
 use temporalio_client::Connection as TemporalConnection;
 use twc_api::{ClusterConnection, Connection, VersionStatus, WorkerDeployment};
 use twc_controller::plan::{build_id, target_build_id};
 use twc_controller::temporal::{self, DeploymentState};
+use twc_testenv::control_plane::ControlPlane;
 use twc_testenv::controller::Controller;
+use twc_testenv::node::{self, Node, NodeEnv};
 use twc_testenv::pki::{Ca, Usage};
 use twc_testenv::tls_proxy::TlsProxy;
-use twc_testenv::{LocalImage, Options, TemporalOptions, TestEnv};
+use twc_testenv::{LocalImage, Options, TemporalOptions, TemporalServer, TestEnv, paths};
 
 const IMAGE: &str = "example.com/chaos-worker";
+/// The example worker's image as `hack/image.sh` names it; on a real node, [`IMAGE`]'s tags
+/// are its aliases.
+const WORKER_IMAGE: &str = "docker.io/twc/example-worker:0.1.0";
+/// How many `blip-N` tags a real node has for the rapid image changes.
+const BLIPS: u64 = 40;
 const CLUSTER_CONNECTION: &str = "chaos";
 const CONNECTION: &str = "local";
 const IDENTITY: &str = "twc-chaos";
@@ -95,6 +107,10 @@ struct Cli {
     /// Mean seconds between faults.
     #[arg(long, default_value_t = 10)]
     fault_every_seconds: u64,
+    /// Run the workers as containers on a real node (containerd + kubelet; needs root and
+    /// the images of `hack/image.sh`), with two replicas per version and the node's faults.
+    #[arg(long)]
+    real_node: bool,
     /// Directory for data and logs (wiped at start).
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
@@ -132,6 +148,10 @@ enum Fault {
     RapidImageChanges,
     ScalerTakeover,
     SecretRotation,
+    /// Real node only: SIGKILL to a worker container whose version has another ready.
+    WorkerContainerKill,
+    /// Real node only.
+    KubeletRestart,
 }
 
 impl Fault {
@@ -145,6 +165,19 @@ impl Fault {
         Fault::ScalerTakeover,
         Fault::SecretRotation,
     ];
+    /// With a real node: every fault of [`Fault::ALL`] and the node's own.
+    const REAL_NODE: [Fault; 10] = [
+        Fault::ControllerKill,
+        Fault::LeaderFailover,
+        Fault::ApiserverRestart,
+        Fault::TemporalRestart,
+        Fault::ConnectionRefChange,
+        Fault::RapidImageChanges,
+        Fault::ScalerTakeover,
+        Fault::SecretRotation,
+        Fault::WorkerContainerKill,
+        Fault::KubeletRestart,
+    ];
 
     fn name(self) -> &'static str {
         match self {
@@ -156,6 +189,8 @@ impl Fault {
             Fault::RapidImageChanges => "rapid image changes",
             Fault::ScalerTakeover => "scaler takes over replicas",
             Fault::SecretRotation => "client certificate Secret rotated",
+            Fault::WorkerContainerKill => "worker container SIGKILL",
+            Fault::KubeletRestart => "kubelet restart",
         }
     }
 }
@@ -185,9 +220,41 @@ impl Report {
     }
 }
 
+/// Where the pods run: the pod runner, or a real node.
+#[allow(clippy::large_enum_variant)] // one value per run, never moved after the start
+enum Env {
+    Runner(TestEnv),
+    Node(NodeEnv),
+}
+
+impl Env {
+    fn control_plane(&self) -> &ControlPlane {
+        match self {
+            Env::Runner(e) => &e.control_plane,
+            Env::Node(e) => &e.control_plane,
+        }
+    }
+
+    fn temporal(&self) -> &TemporalServer {
+        match self {
+            Env::Runner(e) => &e.temporal,
+            Env::Node(e) => &e.temporal,
+        }
+    }
+
+    fn node(&self) -> Option<&Node> {
+        match self {
+            Env::Runner(_) => None,
+            Env::Node(e) => Some(&e.node),
+        }
+    }
+}
+
 /// Everything the tasks share.
 struct Run<'a> {
-    env: &'a TestEnv,
+    env: &'a Env,
+    /// Replicas of each WorkerDeployment.
+    replicas: i32,
     /// The CA the TLS proxy trusts for client certificates.
     ca: Ca,
     /// The TLS proxy in front of the dev server (mutual TLS).
@@ -233,20 +300,34 @@ async fn main() -> anyhow::Result<()> {
     });
     println!("== twc-chaos seed {seed} (replay: --seed {seed})");
     let dir = twc_testenv::fresh_dir(&cli.dir)?;
-    let opts = Options {
-        temporal: TemporalOptions {
-            db_file: Some(dir.join("temporal.db")),
-            ..Default::default()
-        },
+    let temporal = TemporalOptions {
+        db_file: Some(dir.join("temporal.db")),
         ..Default::default()
     };
-    let env = TestEnv::start(&opts, &dir).await?;
-    let client = env.client().await?;
+    let rounds = cli.rollouts.div_ceil(cli.worker_deployments.max(1));
+    let env = if cli.real_node {
+        let env =
+            NodeEnv::start_with(&dir, &[paths::image_archive("example-worker")], temporal).await?;
+        tag_images(&env.node, rounds)?;
+        Env::Node(env)
+    } else {
+        let env = TestEnv::start(
+            &Options {
+                temporal,
+                ..Default::default()
+            },
+            &dir,
+        )
+        .await?;
+        let worker = paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
+        env.pod_runner
+            .register_image(IMAGE, LocalImage::new(worker));
+        Env::Runner(env)
+    };
+    let cp = env.control_plane();
+    let client = cp.client().await?;
     twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
-    let worker = twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
-    env.pod_runner
-        .register_image(IMAGE, LocalImage::new(worker));
-    let controllers = Mutex::new([start_replica(&env, &dir, 0)?, start_replica(&env, &dir, 1)?]);
+    let controllers = Mutex::new([start_replica(cp, &dir, 0)?, start_replica(cp, &dir, 1)?]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
     let ca = Ca::new("chaos-ca")?;
@@ -256,17 +337,38 @@ async fn main() -> anyhow::Result<()> {
         Usage::Server,
         time::Duration::days(7),
     )?;
-    let proxy = TlsProxy::start(&env.temporal.address, &server, Some(&ca.cert_pem)).await?;
+    // On a real node, pods reach the proxy at the bridge's address.
+    let (_proxy, tls_address) = if env.node().is_some() {
+        let proxy = TlsProxy::start_on(
+            "0.0.0.0",
+            &env.temporal().address,
+            &server,
+            Some(&ca.cert_pem),
+        )
+        .await?;
+        let port = proxy
+            .address
+            .rsplit(':')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        (proxy, format!("{}:{port}", node::HOST_IP))
+    } else {
+        let proxy = TlsProxy::start(&env.temporal().address, &server, Some(&ca.cert_pem)).await?;
+        let address = proxy.address.clone();
+        (proxy, address)
+    };
     let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
-    let temporal_ns = env.temporal_namespace().await?;
+    let temporal_ns = env.temporal().namespace().await?;
     let names: Vec<String> = (0..cli.worker_deployments.max(1))
         .map(|i| format!("wd-{i}"))
         .collect();
     let run = Run {
-        temporal: env.temporal.connect().await?,
+        temporal: env.temporal().connect().await?,
         env: &env,
+        replicas: if cli.real_node { 2 } else { 1 },
         ca,
-        tls_address: proxy.address.clone(),
+        tls_address,
         client,
         ns,
         temporal_ns,
@@ -285,7 +387,6 @@ async fn main() -> anyhow::Result<()> {
     let started = Instant::now();
     let mut rng = Rng(seed);
     let fault_seed = rng.next();
-    let rounds = cli.rollouts.div_ceil(run.names.len());
     let (driven, ..) = tokio::join!(
         async {
             let result = drive(&run, &mut rng, rounds).await;
@@ -333,7 +434,7 @@ async fn main() -> anyhow::Result<()> {
 /// One controller replica: the `twc` binary with leader election, on short lease timings.
 type Replica = Controller;
 
-fn start_replica(env: &TestEnv, dir: &Path, i: usize) -> anyhow::Result<Replica> {
+fn start_replica(env: &ControlPlane, dir: &Path, i: usize) -> anyhow::Result<Replica> {
     let lease = [
         "--leader-election-lease-seconds",
         "6",
@@ -464,7 +565,7 @@ async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
             "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
             "metadata": {"name": name},
             "spec": {
-                "replicas": 1,
+                "replicas": run.replicas,
                 "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
                 "rollout": rollout,
                 "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
@@ -605,7 +706,11 @@ async fn inject(run: &Run<'_>, controllers: &Mutex<[Replica; 2]>, mut rng: Rng, 
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let fault = rng.pick(&Fault::ALL);
+        let fault = if run.env.node().is_some() {
+            rng.pick(&Fault::REAL_NODE)
+        } else {
+            rng.pick(&Fault::ALL)
+        };
         let at = Instant::now();
         if let Err(e) = apply(run, controllers, &mut rng, fault).await {
             eprintln!("   fault {} could not be injected: {e:#}", fault.name());
@@ -645,11 +750,16 @@ async fn apply(
         }
         Fault::ApiserverRestart => {
             run.env
-                .control_plane
+                .control_plane()
                 .restart_apiserver(Duration::from_secs(5))
                 .await?
         }
-        Fault::TemporalRestart => run.env.temporal.restart(Duration::from_secs(5)).await?,
+        Fault::TemporalRestart => run.env.temporal().restart(Duration::from_secs(5)).await?,
+        Fault::WorkerContainerKill => kill_worker_container(run, rng).await?,
+        Fault::KubeletRestart => {
+            let node = run.env.node().context("no real node")?;
+            node.restart_kubelet(Duration::from_secs(2)).await?
+        }
         Fault::ConnectionRefChange => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];
@@ -694,7 +804,13 @@ async fn apply(
                 .and_then(|s| s.containers.first())
                 .and_then(|c| c.image.clone())
                 .context("no image")?;
-            let blip = format!("{IMAGE}:blip-{}", rng.next() % 1_000_000);
+            // A real node has the blips it was given (tag_images).
+            let blips = if run.env.node().is_some() {
+                BLIPS
+            } else {
+                1_000_000
+            };
+            let blip = format!("{IMAGE}:blip-{}", rng.next() % blips);
             set_image(run, name, &blip).await;
             tokio::time::sleep(Duration::from_millis(rng.between(200, 1500))).await;
             // Back to the image the driver set, unless the driver set another meanwhile.
@@ -875,6 +991,74 @@ async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Opt
     (why != "draining" && ready == 0).then(|| "none of its pods is ready".into())
 }
 
+/// Tags the example worker's image on the node as every image the run will set: `r0` to
+/// `r<rounds>` and the blips (no registry serves them).
+fn tag_images(node: &Node, rounds: usize) -> anyhow::Result<()> {
+    let tags = (0..=rounds)
+        .map(|r| format!("r{r}"))
+        .chain((0..BLIPS).map(|b| format!("blip-{b}")));
+    for tag in tags {
+        node.ctr(&[
+            "images",
+            "tag",
+            "--force",
+            WORKER_IMAGE,
+            &format!("{IMAGE}:{tag}"),
+        ])?;
+    }
+    Ok(())
+}
+
+/// SIGKILLs one worker container whose Deployment has another replica ready, so that the
+/// kill tests the kubelet's restart and the controller's patience, not I1 (a node losing a
+/// version's only worker is not the controller's doing).
+async fn kill_worker_container(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
+    let node = run.env.node().context("no real node")?;
+    let pods = Api::<Pod>::namespaced(run.client.clone(), &run.ns)
+        .list(&Default::default())
+        .await?
+        .items;
+    let mut candidates = Vec::new();
+    for pod in &pods {
+        let Some(owner) = pod.labels().get("temporal.io/build-id").cloned() else {
+            continue;
+        };
+        let ready_siblings = pods
+            .iter()
+            .filter(|p| p.labels().get("temporal.io/build-id") == Some(&owner))
+            .filter(|p| p.name_any() != pod.name_any())
+            .filter(|p| pod_ready(p))
+            .count();
+        let id = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.container_id.as_deref())
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .map(str::to_string);
+        if let Some(id) = id
+            && ready_siblings > 0
+            && pod_ready(pod)
+        {
+            candidates.push(id);
+        }
+    }
+    if candidates.is_empty() {
+        bail!("no worker container with a ready sibling");
+    }
+    let id = &candidates[(rng.next() % candidates.len() as u64) as usize];
+    node.ctr(&["tasks", "kill", "--signal", "SIGKILL", id])?;
+    Ok(())
+}
+
+fn pod_ready(pod: &Pod) -> bool {
+    pod.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
+}
+
 /// I2: every pinned workflow started during the run completes.
 async fn check_pinned(run: &Run<'_>) {
     let ids = run.report().pinned.clone();
@@ -964,8 +1148,14 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
     println!("\n== twc-chaos report (seed {seed})");
     println!(
-        "setup: {} WorkerDeployments x 1 replica of the example worker (running pods), 2 controller replicas with leader election, one Temporal dev server on SQLite",
-        run.names.len()
+        "setup: {} WorkerDeployments x {} replica(s) of the example worker ({}), 2 controller replicas with leader election, one Temporal dev server on SQLite",
+        run.names.len(),
+        run.replicas,
+        if run.env.node().is_some() {
+            "containers under containerd and a real kubelet"
+        } else {
+            "processes of the pod runner"
+        }
     );
     println!(
         "rollouts completed: {} in {:.0} s ({} more converged only after the {} s bound, under faults); pinned workflows started: {}; observations: {} (every {} ms), reads skipped while a server restarted: {}",
@@ -985,7 +1175,12 @@ fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
         "  {:<34} {:>5} {:>8} {:>8}",
         "kind", "count", "p50 s", "p99 s"
     );
-    for kind in Fault::ALL {
+    let kinds: &[Fault] = if run.env.node().is_some() {
+        &Fault::REAL_NODE
+    } else {
+        &Fault::ALL
+    };
+    for &kind in kinds {
         let mut times: Vec<Duration> = report
             .faults
             .iter()

@@ -384,12 +384,11 @@ async fn a_progressive_rollout_of_worker_containers_drains_and_stops_the_old_wit
                     .and_then(|s| s.container_statuses.clone())
                     .unwrap_or_default();
                 for c in statuses {
-                    if let Some(t) = c.state.and_then(|s| s.terminated) {
-                        if let Ok(mut e) = exits.lock() {
-                            if !e.iter().any(|(p, _)| *p == pod.name_any()) {
-                                e.push((pod.name_any(), t.exit_code));
-                            }
-                        }
+                    if let Some(t) = c.state.and_then(|s| s.terminated)
+                        && let Ok(mut e) = exits.lock()
+                        && !e.iter().any(|(p, _)| *p == pod.name_any())
+                    {
+                        e.push((pod.name_any(), t.exit_code));
                     }
                 }
             }

@@ -66,7 +66,7 @@ async fn main() -> anyhow::Result<()> {
         .register_image(IMAGE, LocalImage::new(worker));
 
     println!("== Running the controller (twc run, leader election on)");
-    let mut controller = Controller::start(&env, &dir, "twc-demo")?;
+    let mut controller = Controller::start(&env.control_plane, &dir, "twc-demo")?;
     controller.wait_ready().await?;
     let idle = controller.usage();
     println!("   ready: leader, caches synced; {idle}");

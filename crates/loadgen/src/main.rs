@@ -216,8 +216,13 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     );
     let fleet_task = tokio::spawn(fleet.clone().run());
 
-    let mut controller =
-        Controller::start_with_args(&env, &dir, "controller", IDENTITY, &cli.controller_args)?;
+    let mut controller = Controller::start_with_args(
+        &env.control_plane,
+        &dir,
+        "controller",
+        IDENTITY,
+        &cli.controller_args,
+    )?;
     controller.wait_ready().await?;
     let (sampler, sampler_task) = Sampler::spawn(controller.addr.clone());
     let tasks = [fleet_task, sampler_task, tracker_task];

@@ -1,11 +1,12 @@
-//! The controller as a process: `twc run` against a [`TestEnv`], as a user runs it, for the
+//! The controller as a process: `twc run` against a [`ControlPlane`], as a user runs it, for the
 //! demo and the local playground.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use crate::Error;
+use crate::control_plane::ControlPlane;
 use crate::process::{ChildProcess, Spec};
-use crate::{Error, TestEnv};
 
 /// The controller as a user runs it: the `twc` binary, with leader election and its endpoints.
 pub struct Controller {
@@ -16,14 +17,14 @@ pub struct Controller {
 
 impl Controller {
     /// Starts `twc run` against `env` as `identity`, logging to `dir/controller.log`.
-    pub fn start(env: &TestEnv, dir: &Path, identity: &str) -> Result<Self, Error> {
+    pub fn start(env: &ControlPlane, dir: &Path, identity: &str) -> Result<Self, Error> {
         Self::start_named(env, dir, "controller", identity, &[])
     }
 
     /// The same as process `name` (log `dir/<name>.log`), with `extra` arguments for
     /// `twc run`, polling Temporal fast (1 s moving, 10 s steady) so tests go quickly.
     pub fn start_named(
-        env: &TestEnv,
+        env: &ControlPlane,
         dir: &Path,
         name: &str,
         identity: &str,
@@ -46,7 +47,7 @@ impl Controller {
     /// port and exactly `args` besides: every other flag of `twc run` keeps its production
     /// default (poll intervals included), for benchmarks.
     pub fn start_with_args<S: AsRef<str>>(
-        env: &TestEnv,
+        env: &ControlPlane,
         dir: &Path,
         name: &str,
         identity: &str,
@@ -74,7 +75,7 @@ impl Controller {
             .args(args.iter().map(|a| a.as_ref()));
         spec.env.push((
             "KUBECONFIG".into(),
-            env.control_plane.kubeconfig_path.display().to_string(),
+            env.kubeconfig_path.display().to_string(),
         ));
         // The allocator's settings, as the controller's image sets them (Dockerfile): glibc's
         // `MALLOC_*` variables and its tunables.

@@ -39,6 +39,17 @@ impl TlsProxy {
         server: &CertPair,
         client_ca: Option<&str>,
     ) -> Result<Self, Error> {
+        Self::start_on("127.0.0.1", upstream, server, client_ca).await
+    }
+
+    /// [`TlsProxy::start`] on a free port of `ip` (`0.0.0.0`: every interface, so that a real
+    /// node's pods reach it at [`crate::node::HOST_IP`]; `address` then says `0.0.0.0:PORT`).
+    pub async fn start_on(
+        ip: &str,
+        upstream: &str,
+        server: &CertPair,
+        client_ca: Option<&str>,
+    ) -> Result<Self, Error> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
@@ -70,7 +81,7 @@ impl TlsProxy {
         };
         config.alpn_protocols = vec![b"h2".to_vec()];
         let acceptor = TlsAcceptor::from(Arc::new(config));
-        let listener = TcpListener::bind("127.0.0.1:0").await.map_err(tls_err)?;
+        let listener = TcpListener::bind((ip, 0)).await.map_err(tls_err)?;
         let address = listener.local_addr().map_err(tls_err)?.to_string();
         let upstream = upstream.to_string();
         let task = tokio::spawn(async move {

@@ -154,7 +154,7 @@ async fn main() -> anyhow::Result<()> {
         let worker = paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
         env.pod_runner
             .register_image(IMAGE, LocalImage::new(worker));
-        let mut c = Controller::start(&env, &dir, "twc-playground")?;
+        let mut c = Controller::start(&env.control_plane, &dir, "twc-playground")?;
         c.wait_ready().await?;
         controller = Some(c);
     }

@@ -427,6 +427,16 @@ impl NodeEnv {
     /// Claims the machine's node (see [`Host::claim`]), starts the control plane and Temporal
     /// on the bridge, then the node with the pause image and `images` imported.
     pub async fn start(dir: &Path, images: &[PathBuf]) -> Result<Self, Error> {
+        Self::start_with(dir, images, TemporalOptions::default()).await
+    }
+
+    /// [`NodeEnv::start`] with Temporal's options (it listens on every interface whatever
+    /// they say).
+    pub async fn start_with(
+        dir: &Path,
+        images: &[PathBuf],
+        temporal: TemporalOptions,
+    ) -> Result<Self, Error> {
         let started = Instant::now();
         let pause = paths::image_archive("pause");
         if !pause.exists() {
@@ -447,7 +457,7 @@ impl NodeEnv {
         };
         let temporal_opts = TemporalOptions {
             all_interfaces: true,
-            ..Default::default()
+            ..temporal
         };
         let (control_plane, temporal) = tokio::try_join!(
             ControlPlane::start(&cp_opts, dir),
