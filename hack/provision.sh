@@ -64,9 +64,10 @@ done
 # --- The real node's runtime (Debian packages) -----------------------------------------------
 # containerd (with its CRI plugin) and runc run pods as real containers; the CNI plugins
 # (bridge, host-local, loopback) give them a network that exists only on this machine; kube-proxy
-# needs iptables. Installing needs root, as running them does; without it the tests on the real
+# needs iptables; hack/image.sh links the pause image's binary statically (libc6-dev).
+# Installing needs root, as running them does; without it the tests on the real
 # node fail and say what is missing (crates/testenv/src/node.rs).
-node_pkgs=(containerd runc containernetworking-plugins iptables)
+node_pkgs=(containerd runc containernetworking-plugins iptables libc6-dev)
 missing=()
 for pkg in "${node_pkgs[@]}"; do
   dpkg-query -W -f '${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed' || missing+=("$pkg")

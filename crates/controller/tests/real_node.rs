@@ -246,6 +246,30 @@ fn rolled_out_to(s: &Value, build_id: Option<&str>) -> bool {
         })
 }
 
+/// A tenant whose WorkerDeployment `w` has rolled out its first version: (client, namespace,
+/// Temporal namespace, v1's build ID).
+async fn rolled_out_v1(
+    env: &NodeEnv,
+    prefix: &str,
+) -> Result<(Client, String, String, String), Box<dyn std::error::Error>> {
+    let (client, ns, temporal_ns) = tenant(env, prefix).await?;
+    let wd = worker_deployment(
+        &ns,
+        &temporal_ns,
+        "30s",
+        json!([{"name": "V", "value": "1"}]),
+    );
+    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .create(&PostParams::default(), &wd)
+        .await?;
+    let s = wait_status(&client, &ns, "v1 rolled out", ROLLOUT, |s| {
+        rolled_out_to(s, None)
+    })
+    .await;
+    let v1 = build(&s, "currentVersion").ok_or("no current version")?;
+    Ok((client, ns, temporal_ns, v1))
+}
+
 /// The pods of `ns` with build ID `build_id` (TWC's label).
 async fn pods_of(client: &Client, ns: &str, build_id: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
@@ -340,21 +364,7 @@ async fn the_chart_runs_the_image_built_here_under_the_restricted_standard() -> 
 async fn a_progressive_rollout_of_worker_containers_drains_and_stops_the_old_with_sigterm()
 -> TestResult {
     let env = cluster().await?;
-    let (client, ns, temporal_ns) = tenant(env, "node-roll").await?;
-    let wd = worker_deployment(
-        &ns,
-        &temporal_ns,
-        "30s",
-        json!([{"name": "V", "value": "1"}]),
-    );
-    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &wd)
-        .await?;
-    let s = wait_status(&client, &ns, "v1 rolled out", ROLLOUT, |s| {
-        rolled_out_to(s, None)
-    })
-    .await;
-    let v1 = build(&s, "currentVersion").ok_or("no current version")?;
+    let (client, ns, _, v1) = rolled_out_v1(env, "node-roll").await?;
     let v1_pods = pods_of(&client, &ns, &v1).await;
     assert_eq!(v1_pods.len(), 2, "two workers of v1");
     for pod in &v1_pods {
@@ -446,21 +456,7 @@ async fn a_progressive_rollout_of_worker_containers_drains_and_stops_the_old_wit
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays() -> TestResult {
     let env = cluster().await?;
-    let (client, ns, temporal_ns) = tenant(env, "node-crash").await?;
-    let wd = worker_deployment(
-        &ns,
-        &temporal_ns,
-        "30s",
-        json!([{"name": "V", "value": "1"}]),
-    );
-    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &wd)
-        .await?;
-    let s = wait_status(&client, &ns, "v1 rolled out", ROLLOUT, |s| {
-        rolled_out_to(s, None)
-    })
-    .await;
-    let v1 = build(&s, "currentVersion").ok_or("no current version")?;
+    let (client, ns, _, v1) = rolled_out_v1(env, "node-crash").await?;
     let before: Vec<String> = pods_of(&client, &ns, &v1)
         .await
         .iter()
@@ -508,30 +504,32 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
     let mut before = before;
     before.sort();
     assert_eq!(names, before, "v1's pods are the same");
-    for pod in &after {
-        assert!(ready(pod), "{} is Ready", pod.name_any());
-    }
+    // Ready, once the kubelet says so: another test of this binary restarts the kubelet, which
+    // reports its containers unready until its first sync.
+    twc_testenv::wait_for("v1's pods Ready", Duration::from_secs(60), || {
+        let (client, ns, v1) = (client.clone(), ns.clone(), v1.clone());
+        async move {
+            let pods = pods_of(&client, &ns, &v1).await;
+            let unready: Vec<String> = pods
+                .iter()
+                .filter(|p| !ready(p))
+                .map(|p| p.name_any())
+                .collect();
+            if unready.is_empty() {
+                Ok(())
+            } else {
+                Err(format!("not Ready: {unready:?}"))
+            }
+        }
+    })
+    .await?;
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controller_pod_deleted_and_the_kubelet_restarted_mid_rollout() -> TestResult {
     let env = cluster().await?;
-    let (client, ns, temporal_ns) = tenant(env, "node-restart").await?;
-    let wd = worker_deployment(
-        &ns,
-        &temporal_ns,
-        "30s",
-        json!([{"name": "V", "value": "1"}]),
-    );
-    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &wd)
-        .await?;
-    let s = wait_status(&client, &ns, "v1 rolled out", ROLLOUT, |s| {
-        rolled_out_to(s, None)
-    })
-    .await;
-    let v1 = build(&s, "currentVersion").ok_or("no current version")?;
+    let (client, ns, _, v1) = rolled_out_v1(env, "node-restart").await?;
     set_worker_env(&client, &ns, json!([{"name": "V", "value": "2"}])).await;
     let s = wait_status(&client, &ns, "v2 ramping", ROLLOUT, |s| {
         build(s, "targetVersion").is_some_and(|t| t != v1)
@@ -598,21 +596,7 @@ async fn the_controller_pod_deleted_and_the_kubelet_restarted_mid_rollout() -> T
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn worker_containers_get_the_injected_environment() -> TestResult {
     let env = cluster().await?;
-    let (client, ns, temporal_ns) = tenant(env, "node-env").await?;
-    let wd = worker_deployment(
-        &ns,
-        &temporal_ns,
-        "30s",
-        json!([{"name": "V", "value": "1"}]),
-    );
-    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
-        .create(&PostParams::default(), &wd)
-        .await?;
-    let s = wait_status(&client, &ns, "v1 rolled out", ROLLOUT, |s| {
-        rolled_out_to(s, None)
-    })
-    .await;
-    let v1 = build(&s, "currentVersion").ok_or("no current version")?;
+    let (client, ns, temporal_ns, v1) = rolled_out_v1(env, "node-env").await?;
     let pod = pods_of(&client, &ns, &v1)
         .await
         .into_iter()

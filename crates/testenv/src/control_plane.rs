@@ -533,7 +533,7 @@ fn rand_bytes() -> [u8; 16] {
 }
 
 /// A plain-HTTP GET on 127.0.0.1:`port`; returns the whole response.
-async fn http_get(port: u16, path: &str) -> Result<String, String> {
+pub(crate) async fn http_get(port: u16, path: &str) -> Result<String, String> {
     let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .map_err(|e| e.to_string())?;

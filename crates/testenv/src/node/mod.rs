@@ -25,8 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use k8s_openapi::api::core::v1::{Namespace, Node as KubeNode, Pod};
-use kube::api::{DeleteParams, ListParams};
+use k8s_openapi::api::core::v1::{Namespace, Node as KubeNode};
 use kube::{Api, Client};
 
 use crate::control_plane::{ControlPlane, ControlPlaneOptions};
@@ -59,8 +58,8 @@ pub struct Node {
     processes: Mutex<Vec<ChildProcess>>,
     host: Host,
     client: Client,
-    /// `127.0.0.1:PORT` of the kubelet's `/healthz`.
-    pub kubelet_healthz: String,
+    /// The kubelet's `/healthz` port on 127.0.0.1.
+    kubelet_healthz: u16,
 }
 
 impl Node {
@@ -106,7 +105,7 @@ impl Node {
             processes: Mutex::new(vec![ChildProcess::start(&spec)?]),
             host,
             client,
-            kubelet_healthz: format!("127.0.0.1:{}", ports[1]),
+            kubelet_healthz: ports[1],
         };
         node.wait_for("containerd", Duration::from_secs(30), || async {
             host::run("ctr", &["--address", SOCKET, "version"]).map(|_| ())
@@ -257,17 +256,9 @@ impl Node {
         }
         // The Node's Ready condition is stale until the new kubelet reports; wait for its
         // own health first.
-        let healthz = self.kubelet_healthz.clone();
-        self.wait_for("kubelet", Duration::from_secs(60), || {
-            let healthz = healthz.clone();
-            async move {
-                let port = healthz
-                    .rsplit(':')
-                    .next()
-                    .and_then(|p| p.parse().ok())
-                    .unwrap_or(0);
-                http_status(port, "/healthz").await
-            }
+        let port = self.kubelet_healthz;
+        self.wait_for("kubelet", Duration::from_secs(60), || async move {
+            http_status(port, "/healthz").await
         })
         .await?;
         self.wait_ready(Duration::from_secs(60)).await
@@ -385,27 +376,14 @@ fn system_path() -> String {
 
 /// `Ok` when a plain-HTTP GET of `path` on 127.0.0.1:`port` answers 200.
 async fn http_status(port: u16, path: &str) -> Result<(), Error> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port))
+    let response = crate::control_plane::http_get(port, path)
         .await
-        .map_err(|e| Error::Other(format!("127.0.0.1:{port}: {e}")))?;
-    stream
-        .write_all(format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n").as_bytes())
-        .await
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let mut buf = Vec::new();
-    stream
-        .read_to_end(&mut buf)
-        .await
-        .map_err(|e| Error::Other(e.to_string()))?;
-    let head = String::from_utf8_lossy(&buf);
-    if head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200") {
+        .map_err(|e| Error::Other(format!("127.0.0.1:{port}{path}: {e}")))?;
+    let status = response.lines().next().unwrap_or("no answer");
+    if status.starts_with("HTTP/1.1 200") || status.starts_with("HTTP/1.0 200") {
         Ok(())
     } else {
-        Err(Error::Other(format!(
-            "GET {path}: {}",
-            head.lines().next().unwrap_or("no answer")
-        )))
+        Err(Error::Other(format!("GET {path}: {status}")))
     }
 }
 
@@ -507,19 +485,6 @@ impl NodeEnv {
         self.control_plane.check_running()?;
         self.temporal.check_running()?;
         self.node.check_running()
-    }
-
-    /// Deletes every pod of `namespace` at once (grace 0) and waits until the kubelet has
-    /// stopped their containers.
-    pub async fn delete_pods_now(&self, namespace: &str) -> Result<(), Error> {
-        let client = self.client().await?;
-        let pods: Api<Pod> = Api::namespaced(client, namespace);
-        pods.delete_collection(
-            &DeleteParams::default().grace_period(0),
-            &ListParams::default(),
-        )
-        .await?;
-        Ok(())
     }
 
     /// Labels `namespace` to enforce a Pod Security Standard level (`restricted`, ...).
