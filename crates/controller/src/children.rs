@@ -13,29 +13,17 @@ use twc_api::WorkerDeployment;
 use crate::plan::{ObservedDeployment, deployment::is_owned_by};
 use crate::scoped::Scoped;
 
-/// A versioned Deployment as the watch cache keeps it: its metadata and the few fields
-/// [`observe`] reads, parsed straight from the watch's JSON (the rest is skipped, never
-/// built). A whole `Deployment` is a few KiB in memory even for a small pod template, most of
-/// it empty fields; thousands of them were most of the controller's memory. What needs the
-/// whole object (moving an older version to a new connection) reads it from the apiserver.
+/// A versioned Deployment as the watch cache keeps it: its metadata and the planner's view of
+/// it ([`ObservedDeployment`]), parsed straight from the watch's JSON (the rest is skipped,
+/// never built). A whole `Deployment` is a few KiB in memory even for a small pod template,
+/// most of it empty fields; thousands of them were most of the controller's memory. What needs
+/// the whole object (moving an older version to a new connection) reads it from the apiserver.
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(from = "wire::Deployment")]
 pub struct CachedDeployment {
     pub metadata: ObjectMeta,
-    /// `spec.replicas`.
-    pub spec_replicas: Option<i32>,
-    /// The pod template's `CONNECTION_SPEC_HASH` annotation.
-    pub connection_hash: Option<String>,
-    /// The pod template's `POD_TEMPLATE_SPEC_HASH` annotation.
-    pub template_digest: Option<String>,
-    /// The `TEMPORAL_NAMESPACE` the controller injected (the first container that has it).
-    pub temporal_namespace: Option<String>,
-    /// `status.replicas`, `readyReplicas`, `availableReplicas`.
-    pub replicas: Option<i32>,
-    pub ready_replicas: Option<i32>,
-    pub available_replicas: Option<i32>,
-    /// The `Available` condition: its status (`True`, `False`, `Unknown`) and since when.
-    pub available: Option<(String, Option<SystemTime>)>,
+    /// What the planner reads of it (`build_id` empty when it has no build ID label).
+    pub view: ObservedDeployment,
 }
 
 impl Resource for CachedDeployment {
@@ -113,7 +101,7 @@ mod wire {
         pub value: Option<String>,
     }
 
-    #[derive(Deserialize)]
+    #[derive(Default, Deserialize)]
     #[serde(rename_all = "camelCase")]
     pub struct Status {
         pub replicas: Option<i32>,
@@ -147,36 +135,46 @@ impl From<wire::Deployment> for CachedDeployment {
             .flat_map(|c| c.env.into_iter().flatten())
             .find(|e| e.name == "TEMPORAL_NAMESPACE")
             .and_then(|e| e.value);
-        let status = d.status;
+        let status = d.status.unwrap_or_default();
         let available = status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|cs| cs.iter().find(|c| c.type_ == "Available"))
-            .map(|c| {
-                (
-                    c.status.clone(),
-                    c.last_transition_time
-                        .as_ref()
-                        .map(|t| SystemTime::from(t.0)),
-                )
-            });
+            .conditions
+            .iter()
+            .flatten()
+            .find(|c| c.type_ == "Available");
+        // A condition without a transition time counts from the epoch (long since).
+        let since = |value: &str| {
+            available.filter(|c| c.status == value).map(|c| {
+                c.last_transition_time
+                    .as_ref()
+                    .map_or(SystemTime::UNIX_EPOCH, |t| SystemTime::from(t.0))
+            })
+        };
         let mut metadata = d.metadata;
         // Of the labels only the build ID is read; the rest (the template's, copied to each
         // version) were half of what this cache held.
         if let Some(labels) = metadata.labels.as_mut() {
             labels.retain(|k, _| k == twc_api::labels::BUILD_ID);
         }
-        Self {
-            metadata,
+        let build_id = metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(twc_api::labels::BUILD_ID))
+            .cloned()
+            .unwrap_or_default();
+        let view = ObservedDeployment {
+            name: metadata.name.clone().unwrap_or_default(),
+            build_id,
             spec_replicas,
+            replicas: status.replicas.unwrap_or(0),
+            ready_replicas: status.ready_replicas.unwrap_or(0),
+            available_replicas: status.available_replicas.unwrap_or(0),
+            available_since: since("True"),
+            unavailable_since: since("False"),
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
             temporal_namespace,
-            replicas: status.as_ref().and_then(|s| s.replicas),
-            ready_replicas: status.as_ref().and_then(|s| s.ready_replicas),
-            available_replicas: status.as_ref().and_then(|s| s.available_replicas),
-            available,
-        }
+        };
+        Self { metadata, view }
     }
 }
 
@@ -210,27 +208,9 @@ pub fn owned_in<'a>(
         .collect()
 }
 
-/// The observed view of an owned Deployment.
+/// The planner's view of an owned Deployment; None without a build ID label.
 pub fn observe(d: &CachedDeployment) -> Option<ObservedDeployment> {
-    let build_id = d.labels().get(twc_api::labels::BUILD_ID)?.clone();
-    let since = |value: &str| {
-        d.available
-            .as_ref()
-            .filter(|(status, _)| status == value)
-            .map(|(_, t)| t.unwrap_or(SystemTime::UNIX_EPOCH))
-    };
-    Some(ObservedDeployment {
-        name: d.name_any(),
-        build_id,
-        spec_replicas: d.spec_replicas,
-        replicas: d.replicas.unwrap_or(0),
-        ready_replicas: d.ready_replicas.unwrap_or(0),
-        available_since: since("True"),
-        unavailable_since: since("False"),
-        connection_hash: d.connection_hash.clone(),
-        template_digest: d.template_digest.clone(),
-        temporal_namespace: d.temporal_namespace.clone(),
-    })
+    (!d.view.build_id.is_empty()).then(|| d.view.clone())
 }
 
 #[cfg(test)]
@@ -267,6 +247,7 @@ mod tests {
             spec_replicas: d.spec.as_ref().and_then(|s| s.replicas),
             replicas: status.and_then(|s| s.replicas).unwrap_or(0),
             ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),
+            available_replicas: status.and_then(|s| s.available_replicas).unwrap_or(0),
             available_since: since("True"),
             unavailable_since: since("False"),
             connection_hash: annotation(twc_api::labels::CONNECTION_SPEC_HASH),

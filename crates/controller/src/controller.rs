@@ -220,8 +220,9 @@ fn deployment_predicate(d: &CachedDeployment) -> Option<u64> {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     d.metadata.generation.hash(&mut h);
     d.metadata.deletion_timestamp.is_some().hash(&mut h);
-    (d.replicas, d.ready_replicas, d.available_replicas).hash(&mut h);
-    d.available.as_ref().map(|(status, _)| status).hash(&mut h);
+    let v = &d.view;
+    (v.replicas, v.ready_replicas, v.available_replicas).hash(&mut h);
+    (v.available_since.is_some(), v.unavailable_since.is_some()).hash(&mut h);
     Some(h.finish())
 }
 

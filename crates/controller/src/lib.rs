@@ -15,6 +15,7 @@ pub mod leader;
 pub mod manager;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod observed;
 pub mod plan;
 pub mod rbac;
 pub mod scoped;

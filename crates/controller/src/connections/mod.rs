@@ -2,7 +2,6 @@
 //! credential Secret (always from the WorkerDeployment's own namespace), getting a Temporal
 //! client from the pool, and keeping the delete-protection finalizer right.
 
-pub mod auth;
 pub mod finalizer;
 pub mod index;
 pub mod status;
@@ -18,6 +17,7 @@ use twc_api::{ClusterConnection, Connection, ConnectionKind, ConnectionSpec, Wor
 
 use crate::error::{Error, Result};
 use crate::scoped::Scoped;
+pub use crate::temporal::credentials as auth;
 use crate::temporal::pool::{ClientPool, PoolKey, SecretVersion};
 pub use index::{ConnKey, UsageIndex};
 

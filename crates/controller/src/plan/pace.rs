@@ -23,15 +23,7 @@ use twc_api::{RolloutStrategyKind, VersionStatus, WorkerDeployment};
 
 use super::{Observed, Plan, status_of, workers_up};
 use crate::config::Intervals;
-
-/// Whether a state read may be reused at the next reconcile.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reuse {
-    /// Read again.
-    Never,
-    /// Reused while the namespace's listing agrees, until the time if there is one.
-    Until(Option<SystemTime>),
-}
+pub use crate::observed::Reuse;
 
 /// When to come back, and what to read then.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

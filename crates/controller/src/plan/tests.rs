@@ -87,6 +87,7 @@ impl World {
             spec_replicas: replicas,
             replicas: replicas.unwrap_or(1),
             ready_replicas: replicas.unwrap_or(1),
+            available_replicas: replicas.unwrap_or(1),
             available_since: Some(t(0)),
             unavailable_since: None,
             connection_hash: Some(deployment::connection_hash(&conn())),

@@ -25,13 +25,7 @@ use twc_api::WorkflowExecutionStatus;
 
 use super::{Code, Status, WorkerDeploymentRef};
 use crate::metrics::rpc;
-
-/// A task queue a version polls, and whether it is a workflow (else activity) queue.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub struct TaskQueueRef {
-    pub name: String,
-    pub workflow: bool,
-}
+pub use crate::observed::TaskQueueRef;
 
 /// How long a gate workflow may run.
 const GATE_TIMEOUT_SECONDS: i64 = 3600;

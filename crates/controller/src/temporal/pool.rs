@@ -14,7 +14,7 @@ use temporalio_client::{
 };
 use twc_api::{AuthMode, ConnectionSpec};
 
-use crate::connections::auth::{Auth, Credentials};
+use super::credentials::{Auth, Credentials};
 
 /// A Secret version that went into a client.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -349,7 +349,7 @@ fn mismatch_hint(use_tls: bool, error: &str) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::connections::auth::{Auth, Credentials};
+    use crate::temporal::credentials::{Auth, Credentials};
 
     fn api_key_spec(key: &str) -> ConnectionSpec {
         serde_json::from_value(serde_json::json!({

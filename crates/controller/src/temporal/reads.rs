@@ -8,7 +8,7 @@
 //! - the last state read of each WorkerDeployment is [`Remembered`], and reused for as long as
 //!   its [`Reuse`] allows and the listing agrees with it (see [`may_reuse`]).
 //!
-//! What may be reused, and for how long, is the planner's call ([`crate::plan::pace`]).
+//! What may be reused, and for how long, is the planner's call (its pace).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
@@ -18,8 +18,7 @@ use temporalio_client::Connection;
 use tokio::sync::{OwnedMutexGuard, mpsc, oneshot};
 
 use super::{Code, DeploymentState, Listed};
-use crate::plan::TargetObserved;
-use crate::plan::pace::Reuse;
+use crate::observed::{Reuse, TargetObserved};
 use crate::temporal::pool::PoolKey;
 
 /// Which reads go first when the budget is short.

@@ -1,0 +1,151 @@
+//! What a reconcile observed, as plain values: the versioned Deployments (one view, built
+//! straight from the watch cache), the worker deployment's state in Temporal, what was read
+//! about the target version, the target's pods' troubles, and how long a read may be reused.
+//!
+//! A leaf: `plan`, `temporal` and `workerdeployment` import it; it imports none of them.
+
+pub mod state;
+
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+
+use twc_api::WorkflowExecution;
+
+pub use state::{DeploymentState, Listed, RoutingMark, VersionInfo};
+
+/// A versioned Deployment as the watch cache keeps it (see `children::CachedDeployment`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ObservedDeployment {
+    pub name: String,
+    pub build_id: String,
+    /// `spec.replicas` (None when an autoscaler owns it and it was never set).
+    pub spec_replicas: Option<i32>,
+    /// `status.replicas`.
+    pub replicas: i32,
+    /// `status.readyReplicas`: pods whose workers are up.
+    pub ready_replicas: i32,
+    /// `status.availableReplicas`.
+    pub available_replicas: i32,
+    /// Since when `Available` is True; None when not available.
+    pub available_since: Option<SystemTime>,
+    /// Since when `Available` is False; None when it is True or not reported.
+    pub unavailable_since: Option<SystemTime>,
+    pub connection_hash: Option<String>,
+    pub template_digest: Option<String>,
+    /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
+    /// not known.
+    pub temporal_namespace: Option<String>,
+}
+
+/// Everything the planner looks at.
+#[derive(Clone, Debug)]
+pub struct Observed {
+    /// The time the plan is made for (every delay and pause is measured against it).
+    pub now: SystemTime,
+    /// Owned versioned Deployments by build ID.
+    pub deployments: BTreeMap<String, ObservedDeployment>,
+    pub temporal: DeploymentState,
+    /// What was read about the target version while it is registered and not current.
+    pub target: TargetObserved,
+    /// A WorkerResourceTemplate scales the versions (an HPA): it owns their replicas.
+    pub autoscaled: bool,
+    /// The target's containers that are not ready and say why (listed only while its pods
+    /// are not all ready).
+    pub target_pods: Vec<PodTrouble>,
+    /// When the target's pods are listed again, while they are being looked at.
+    pub pods_due: Option<SystemTime>,
+}
+
+/// A container of the target's pods that is not ready, with the kubelet's reason.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PodTrouble {
+    pub pod: String,
+    pub container: String,
+    /// `CrashLoopBackOff`, `ErrImagePull`, `CreateContainerConfigError`, `Error`, ...
+    pub reason: String,
+    pub message: String,
+    pub restarts: i32,
+}
+
+impl std::fmt::Display for PodTrouble {
+    /// "pod p container c: CrashLoopBackOff (3 restarts): back-off ...".
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "pod {} container {}: {}",
+            self.pod, self.container, self.reason
+        )?;
+        if self.restarts > 0 {
+            write!(f, " ({} restarts)", self.restarts)?;
+        }
+        if !self.message.is_empty() {
+            write!(f, ": {}", self.message)?;
+        }
+        Ok(())
+    }
+}
+
+impl Observed {
+    /// Nothing observed yet, at `now`.
+    pub fn at(now: SystemTime) -> Self {
+        Self {
+            now,
+            deployments: BTreeMap::new(),
+            temporal: DeploymentState::default(),
+            target: TargetObserved::default(),
+            autoscaled: false,
+            target_pods: Vec::new(),
+            pods_due: None,
+        }
+    }
+}
+
+/// The target version beyond `DescribeWorkerDeployment` (the planner's `needs` says when each
+/// is read).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct TargetObserved {
+    /// The task queues the target polls.
+    pub task_queues: Vec<TaskQueueRef>,
+    /// Its gate workflow runs, one per workflow task queue once started.
+    pub gates: Vec<WorkflowExecution>,
+    /// Whether every task queue still has an unversioned poller (a first rollout from
+    /// unversioned workers); None when not known (yet).
+    pub unversioned_pollers: Option<bool>,
+    /// The workflows closed on the target since its ramp step began, when it ramps with an
+    /// analysis configured.
+    pub analysis: Option<Counted>,
+    /// The gate runs of the ramp step the target is at, when that step has a gate.
+    pub step_gates: Option<StepGates>,
+}
+
+/// The gate runs of one ramp step, one per workflow task queue once started.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct StepGates {
+    /// The step, counted from 0.
+    pub step: usize,
+    pub runs: Vec<WorkflowExecution>,
+}
+
+/// Workflows closed on a build since a time, as visibility counts them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counted {
+    pub since: Option<SystemTime>,
+    pub closed: i64,
+    pub failed: i64,
+}
+
+/// A task queue a version polls, and whether it is a workflow (else activity) queue.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct TaskQueueRef {
+    pub name: String,
+    pub workflow: bool,
+}
+
+/// Whether a state read may be reused at the next reconcile.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reuse {
+    /// Read again.
+    Never,
+    /// Reused while the namespace's listing agrees, until the time if there is one.
+    Until(Option<SystemTime>),
+}
