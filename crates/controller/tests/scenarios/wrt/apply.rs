@@ -1,0 +1,261 @@
+//! How the rendered copies are applied and kept: a failed apply, idempotent applies, a missing
+//! WorkerDeployment, a copy deleted with its Deployment, and who owns the replicas.
+
+use std::time::Duration;
+
+use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+use kube::ResourceExt;
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use serde_json::json;
+use twc_controller::wrt::reason;
+use twc_controller::wrt::render::resource_name;
+use twc_testenv::wait_for;
+
+use super::{
+    create_wrt, entry, hpa_template, ready, rolled_out, wait_applied, wait_hpa, wait_wrt, wrts,
+};
+use crate::common::{World, logs_about};
+use crate::harness::*;
+
+/// Waits for a Warning event with `reason` about template `name`.
+async fn wait_wrt_warning(s: &Scenario, name: &str, reason: &str) -> String {
+    s.wait_warning_about("WorkerResourceTemplate", name, reason)
+        .await
+}
+
+/// `wrt-apply-failure`: a kind the apiserver does not serve gives the build ID's entry an
+/// `applyError` and `lastAppliedGeneration` 0, and `Ready=False ApplyFailed` with an event.
+/// (TWC's webhook is not running in its harness either; this controller has no webhook, and
+/// checks what the webhook would at reconcile time: a `minReplicas: 0` template is
+/// `InvalidTemplate` and nothing is applied.) The scenario binary allows `FakeResource`, so
+/// the kind gets as far as API discovery.
+pub async fn wrt_apply_failure(w: &'static World) {
+    let (s, build) = rolled_out(w, "wrt-apply-failure").await;
+    create_wrt(
+        &s,
+        "fail-resource",
+        json!({"apiVersion": "nonexistent.example.com/v1", "kind": "FakeResource",
+               "spec": {"someField": "someValue"}}),
+    )
+    .await;
+    let wrt = wait_wrt(&s, "fail-resource", "apply failed", |t| {
+        entry(t, &build).is_some_and(|e| {
+            e.apply_error.as_ref().is_some_and(|m| !m.is_empty())
+                && e.last_applied_generation == 0
+                && e.last_applied_hash.is_none()
+        })
+    })
+    .await;
+    let (st, why, message) = ready(&wrt).unwrap_or_default();
+    assert_eq!((st.as_str(), why.as_str()), ("False", reason::APPLY_FAILED));
+    assert!(message.contains("FakeResource"), "{message}");
+    let note = wait_wrt_warning(&s, "fail-resource", reason::APPLY_FAILED).await;
+    assert!(note.contains("not served"), "{note}");
+
+    let mut zero = hpa_template();
+    zero["spec"]["minReplicas"] = json!(0);
+    create_wrt(&s, "zero-hpa", zero).await;
+    let wrt = wait_wrt(&s, "zero-hpa", "InvalidTemplate", |t| {
+        ready(t).is_some_and(|(st, why, _)| st == "False" && why == reason::INVALID_TEMPLATE)
+    })
+    .await;
+    let e = entry(&wrt, &build).unwrap_or_default();
+    assert!(
+        e.apply_error
+            .as_deref()
+            .unwrap_or_default()
+            .contains("minReplicas must not be 0"),
+        "{e:?}"
+    );
+    wait_wrt_warning(&s, "zero-hpa", reason::INVALID_TEMPLATE).await;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(s.client.clone(), &s.ns);
+    let name = resource_name(&s.name, "zero-hpa", &build);
+    assert!(
+        hpas.get_opt(&name)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_none()
+    );
+
+    // Fixed: applied, Ready again.
+    wrts(&s)
+        .patch(
+            "zero-hpa",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"template": {"spec": {"minReplicas": 1}}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_hpa(&s, &name, &s.deployment_of(&build)).await;
+    wait_applied(&s, "zero-hpa", &[&build]).await;
+}
+
+/// `wrt-ssa-idempotency`: more reconciles leave the HPA untouched (same resourceVersion, one
+/// owner reference), and there is one HPA per build ID.
+pub async fn wrt_ssa_idempotency(w: &'static World) {
+    let (s, build) = rolled_out(w, "wrt-ssa-idempotency").await;
+    create_wrt(&s, "idempotent-hpa", hpa_template()).await;
+    let name = resource_name(&s.name, "idempotent-hpa", &build);
+    wait_hpa(&s, &name, &s.deployment_of(&build)).await;
+    let wrt_before = wait_applied(&s, "idempotent-hpa", &[&build]).await;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(s.client.clone(), &s.ns);
+    let before = hpas.get(&name).await.unwrap_or_else(|e| panic!("{e}"));
+    let reconciles = crate::common::reconciles("WorkerResourceTemplate");
+    // TWC pokes the WorkerDeployment; here the template is also resynced every
+    // `intervals.steady` (5 s in tests).
+    s.wds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"annotations": {"test-reconcile-trigger": "1"}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(7)).await;
+    assert!(
+        crate::common::reconciles("WorkerResourceTemplate") > reconciles,
+        "no reconcile ran"
+    );
+    let after = hpas.get(&name).await.unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(after.resource_version(), before.resource_version());
+    assert_eq!(
+        after.owner_references().len(),
+        before.owner_references().len()
+    );
+    let listed = hpas
+        .list(&ListParams::default().labels(&format!("temporal.io/build-id={build}")))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(listed.items.len(), 1);
+    let wrt_after = wrts(&s)
+        .get("idempotent-hpa")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        wrt_after.status, wrt_before.status,
+        "the status was rewritten"
+    );
+}
+
+/// Not a TWC subtest (its `markWRTsWDNotFound`): a template naming a WorkerDeployment that
+/// does not exist is `Ready=False WorkerDeploymentNotFound`.
+pub async fn wrt_worker_deployment_not_found(w: &'static World) {
+    let s = Scenario::new(w, "wrt-wd-not-found").await;
+    create_wrt(&s, "orphan-hpa", hpa_template()).await;
+    let wrt = wait_wrt(&s, "orphan-hpa", "WorkerDeploymentNotFound", |t| {
+        ready(t)
+            .is_some_and(|(st, why, _)| st == "False" && why == reason::WORKER_DEPLOYMENT_NOT_FOUND)
+    })
+    .await;
+    assert!(wrt.status.unwrap_or_default().versions.is_empty());
+}
+
+/// Not a TWC subtest (its `TestGetDeleteWorkerResources` and execplan tests): when a build
+/// ID's Deployment goes, its copy is deleted and its status entry pruned; the other build's
+/// copy stays.
+pub async fn wrt_gone_deployment_deletes_copy(w: &'static World) {
+    let mut s = Scenario::new(w, "wrt-gone-deployment").await;
+    s.create(s.spec(manual(), &image("v1.0"))).await;
+    let v0 = s.existing_version(&image("v0"), 1).await;
+    // Registered, or the controller deletes the Deployment of a version Temporal does not know.
+    s.wait_registered(&[&v0]).await;
+    s.connect().await;
+    let v1 = s.target_build_id();
+    s.wait_registered(&[&v1]).await;
+    create_wrt(&s, "sunset-hpa", hpa_template()).await;
+    let (name0, name1) = (
+        resource_name(&s.name, "sunset-hpa", &v0),
+        resource_name(&s.name, "sunset-hpa", &v1),
+    );
+    wait_hpa(&s, &name0, &s.deployment_of(&v0)).await;
+    wait_hpa(&s, &name1, &s.deployment_of(&v1)).await;
+    wait_applied(&s, "sunset-hpa", &[&v0, &v1]).await;
+    // The sunset's delete, done by hand.
+    s.deployments()
+        .delete(&s.deployment_of(&v0), &DeleteParams::background())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.wait_gone(&v0).await;
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(s.client.clone(), &s.ns);
+    wait_for(&format!("{}/{name0} deleted", s.ns), WAIT, || {
+        let hpas = hpas.clone();
+        let name0 = name0.clone();
+        async move {
+            match hpas.get_opt(&name0).await.map_err(|e| e.to_string())? {
+                None => Ok(()),
+                Some(_) => Err("still there".to_string()),
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}\ncontroller log:\n{}", logs_about("sunset-hpa")));
+    wait_wrt(&s, "sunset-hpa", "v0 pruned", |t| {
+        entry(t, &v0).is_none() && entry(t, &v1).is_some()
+    })
+    .await;
+    assert!(
+        hpas.get_opt(&name1)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .is_some()
+    );
+}
+
+/// Ours (TWC's `HasScaleTarget`): a template that scales the versions (an HPA) owns their
+/// replicas; the WorkerDeployment stops setting them. Without one, the spec's replicas win.
+pub async fn wrt_scaler_owns_replicas(w: &'static World) {
+    use k8s_openapi::api::apps::v1::Deployment;
+    let (s, build) = rolled_out(w, "wrt-scaler").await;
+    let name = twc_controller::plan::build_id::deployment_name(&s.name, &build);
+    let deployments: Api<Deployment> = Api::namespaced(s.client.clone(), &s.ns);
+    let scale_to = |n: i32| {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        async move {
+            deployments
+                .patch_scale(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": n}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("scale {name}: {e}"));
+        }
+    };
+    let replicas_become = |n: i32, why: &'static str| {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        async move {
+            wait_for(why, Duration::from_secs(60), || {
+                let deployments = deployments.clone();
+                let name = name.clone();
+                async move {
+                    let r = deployments
+                        .get(&name)
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .spec
+                        .and_then(|s| s.replicas);
+                    if r == Some(n) {
+                        Ok(())
+                    } else {
+                        Err(format!("replicas {r:?}"))
+                    }
+                }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    // No scaler: someone scaling the version is undone by the spec (replicas: 1).
+    scale_to(3).await;
+    replicas_become(1, "the spec's replicas restored").await;
+
+    create_wrt(&s, "hpa", hpa_template()).await;
+    wait_applied(&s, "hpa", &[&build]).await;
+    scale_to(3).await;
+    // The scale change re-triggers the WorkerDeployment (its Deployment's replicas changed);
+    // give it time to (wrongly) act, then check the scaler's value stands.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    replicas_become(3, "the scaler's replicas kept").await;
+}
