@@ -12,7 +12,7 @@
 #   hack/server-matrix.sh --no-demo 1.5.1        connection tests only
 #   hack/server-matrix.sh --no-connections 1.5.1 the demo only
 #   hack/server-matrix.sh --connection-test NAME 1.5.1
-#                                                one connection test (a cargo test filter)
+#                                                one connection test (its name, without module path)
 #
 # Logs and the table (server-matrix.md) go to --dir (default $CARGO_TARGET_DIR/server-matrix).
 # Exits non-zero if any run failed. The results are in docs/temporal-servers.md.
@@ -24,14 +24,14 @@ ALL_VERSIONS="1.5.1 1.6.1 1.6.2 1.8.0 1.8.1 1.8.2 1.8.3 1.9.1"
 
 demo=1
 connections=1
-filter=()
+only=
 dir=${CARGO_TARGET_DIR:-target}/server-matrix
 versions=()
 while [ "$#" -gt 0 ]; do
   case $1 in
     --no-demo) demo=0 ;;
     --no-connections) connections=0 ;;
-    --connection-test) shift; filter=("${1:?--connection-test needs a test name}" --exact) ;;
+    --connection-test) shift; only=${1:?--connection-test needs a test name} ;;
     --dir) shift; dir=${1:?--dir needs a directory} ;;
     -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     -*) echo "server-matrix: unknown option $1 (see --help)" >&2; exit 2 ;;
@@ -92,6 +92,13 @@ for v in "${versions[@]}"; do
     rc=0
     : >"$log/connections.log"
     for t in "${tests[@]}"; do # as cargo test runs them: from the package's directory
+      filter=()
+      if [ -n "$only" ]; then # that test alone, under whatever module of the binary it is in
+        mapfile -t filter < <("$t" --list 2>/dev/null | sed -n 's/: test$//p' |
+          grep -Ex "([a-z0-9_]+::)*$only")
+        [ "${#filter[@]}" -gt 0 ] || continue
+        filter+=(--exact)
+      fi
       (cd crates/controller && TWC_TEMPORAL_VERSION=$v "$t" "${filter[@]}") >>"$log/connections.log" 2>&1 || rc=$?
     done
     c=$(cell "$rc" "$log/connections.log")
