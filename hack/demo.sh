@@ -1,10 +1,49 @@
 #!/usr/bin/env bash
-# The main job on the embedded default: provisions the pinned servers, then runs a real rollout
-# on a local control plane + Temporal dev server + the controller + the example worker, shown
-# live (twc-demo). `hack/demo.sh --ci` also checks the final state. For just the environment,
-# ready for kubectl: `cargo run -p twc-testenv --bin twc-local-env`.
+# The main job, as a user would install it: provisions the pinned servers, builds the controller
+# and example worker images (hack/image.sh), starts a real node (a local control plane, the
+# Temporal dev server, containerd, a kubelet, kube-proxy, kube-scheduler; needs root),
+# `helm install`s the CRDs and controller charts with the image built here, then runs a real
+# rollout of the example worker, v1 -> v2 (Progressive), shown live (twc-demo).
+#
+#   hack/demo.sh                 the above
+#   hack/demo.sh --ci            non-interactive: also checks the final state, non-zero on failure
+#   hack/demo.sh --pod-runner    no root needed: the controller as a local process and the
+#                                workers run by the pod runner (the kubelet stand-in); no images
+#   hack/demo.sh --release       the images from release binaries (LTO: about 13 minutes more on
+#                                2 cores the first time) instead of the debug build
+#   hack/demo.sh --dir DIR       data and logs (default target/demo); --timeout SECONDS
+#
+# The images are built from the debug binaries by default: twc-demo itself needs the debug build
+# of the controller's library, so they cost seconds more, where a release build is a second
+# full build with LTO. For just the environment, ready for kubectl:
+# `cargo run -p twc-testenv --bin twc-local-env`.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+profile=dev
+node=true
+args=()
+for a in "$@"; do
+  case "$a" in
+    --release) profile=release ;;
+    --pod-runner) node=false; args+=("$a") ;;
+    -h | --help)
+      sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"
+      exit 0 ;;
+    *) args+=("$a") ;;
+  esac
+done
+
 hack/provision.sh
-cargo build -q -p twc-example-worker -p temporal-worker-controller --bins
-cargo run -q -p twc-demo -- "$@"
+# twc-demo on its own, and the controller and the worker as hack/image.sh builds them (the same
+# packages, so the same features: one build serves both modes and the images).
+cargo build -q -p twc-demo
+demo=${CARGO_TARGET_DIR:-target}/debug/twc-demo
+if $node; then
+  # Before building images: name what this machine lacks for a real node, if anything.
+  "$demo" --check-node
+  hack/image.sh --profile "$profile"
+else
+  cargo build -q -p temporal-worker-controller -p twc-example-worker --bin twc --bin twc-example-worker
+fi
+exec "$demo" ${args[@]+"${args[@]}"}

@@ -1,12 +1,21 @@
-//! `twc-demo`: the whole thing working, on the local environment.
+//! `twc-demo`: the whole thing working, as a user would install it.
 //!
-//! Starts etcd, kube-apiserver, kube-controller-manager, the Temporal dev server and the pod
-//! runner; installs the CRDs; runs the controller; creates a ClusterConnection and a
-//! WorkerDeployment running the example worker (v1); starts a few pinned workflows; then
-//! changes the image to v2 with a Progressive strategy and shows, as it happens, v2 registering,
-//! the ramp steps, v1 draining while its pinned workflows finish, then v1 scaled down and
-//! deleted in Kubernetes and Temporal. Every state shown is read from the API and Temporal.
-//! Exits leaving nothing running. `--ci` also checks the final state and fails if it is wrong.
+//! By default on a real node (needs root; `crates/testenv/src/node`): starts etcd,
+//! kube-apiserver, kube-controller-manager, the Temporal dev server, containerd, a kubelet,
+//! kube-proxy and kube-scheduler; imports the images built by `hack/image.sh`; installs the
+//! CRDs chart and the controller chart with `helm install --wait` (the controller then runs as
+//! a pod of the image built here). With `--pod-runner` (any machine): the same control plane and
+//! Temporal, the controller run as a local process (`twc run`) and the workers as local
+//! processes of the pod runner, the project's kubelet stand-in.
+//!
+//! Then, either way: creates a ClusterConnection and a WorkerDeployment running the example
+//! worker (v1); starts a few pinned workflows; changes the image to v2 with a Progressive
+//! strategy and shows, as it happens, v2 registering, the ramp steps, v1 draining while its
+//! pinned workflows finish, then v1 scaled down and deleted in Kubernetes and Temporal. Every
+//! state shown is read from the API and Temporal. Exits leaving nothing running. `--ci` also
+//! checks the final state and fails if it is wrong.
+
+mod node;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -22,11 +31,13 @@ use temporalio_client::{Connection, tonic};
 use temporalio_common::protos::temporal::api::workflowservice::v1::CountWorkflowExecutionsRequest;
 use twc_api::{ClusterConnection, VersionStatus, WorkerDeployment};
 use twc_testenv::controller::Controller;
-use twc_testenv::{LocalImage, Options, TestEnv};
+use twc_testenv::node::NodeEnv;
+use twc_testenv::{LocalImage, Options, TemporalServer, TestEnv};
 
 const NS: &str = "demo";
 const NAME: &str = "hello";
-const IMAGE: &str = "example.com/hello-worker";
+/// The worker image in `--pod-runner` mode: any tag runs the example worker binary.
+const LOCAL_IMAGE: &str = "example.com/hello-worker";
 const PINNED_WORKFLOWS: usize = 3;
 const WORKFLOW_SECONDS: u64 = 75;
 
@@ -42,72 +53,209 @@ struct Cli {
     /// Non-interactive: plain output, and fail unless the rollout ends as it should.
     #[arg(long)]
     ci: bool,
-    /// Give up after this many seconds.
+    /// Give up after this many seconds (of the rollout, after the start).
     #[arg(long, default_value_t = 300)]
     timeout: u64,
+    /// Run the workers with the pod runner (local processes, the kubelet stand-in) and the
+    /// controller as a local process, instead of a real node: for machines without root.
+    #[arg(long)]
+    pod_runner: bool,
+    /// Only check that this machine can run the real node; name what it lacks.
+    #[arg(long, conflicts_with = "pod_runner")]
+    check_node: bool,
+}
+
+/// Where the demo runs: a real node, or the pod runner.
+enum Env {
+    Node(Box<NodeEnv>),
+    PodRunner(Box<TestEnv>),
+}
+
+impl Env {
+    fn temporal(&self) -> &TemporalServer {
+        match self {
+            Env::Node(e) => &e.temporal,
+            Env::PodRunner(e) => &e.temporal,
+        }
+    }
+
+    async fn client(&self) -> anyhow::Result<Client> {
+        Ok(match self {
+            Env::Node(e) => e.client().await?,
+            Env::PodRunner(e) => e.client().await?,
+        })
+    }
+
+    fn check_running(&self) -> anyhow::Result<()> {
+        match self {
+            Env::Node(e) => e.check_running()?,
+            Env::PodRunner(e) => e.check_running()?,
+        }
+        Ok(())
+    }
+
+    /// Temporal's address as the controller and the workers reach it (the connection's
+    /// `hostPort`).
+    fn temporal_for_workers(&self) -> String {
+        match self {
+            Env::Node(e) => e.temporal_address_for_pods().to_string(),
+            Env::PodRunner(e) => e.temporal.address.clone(),
+        }
+    }
+
+    /// The worker image's repository: tags `v1` and `v2` run the example worker.
+    fn worker_image(&self) -> &'static str {
+        match self {
+            Env::Node(_) => node::WORKER_IMAGE,
+            Env::PodRunner(_) => LOCAL_IMAGE,
+        }
+    }
+}
+
+/// The controller: a pod of the chart, or a local process.
+enum Running {
+    Pod(node::ControllerPod),
+    Process(Controller),
+}
+
+impl Running {
+    /// Memory and CPU time so far.
+    fn usage(&self, env: &Env) -> String {
+        match (self, env) {
+            (Running::Process(c), _) => c.usage(),
+            (Running::Pod(p), Env::Node(e)) => p
+                .usage(e)
+                .map(|u| u.to_string())
+                .unwrap_or_else(|err| format!("usage unknown ({err:#})")),
+            (Running::Pod(_), Env::PodRunner(_)) => "usage unknown".into(),
+        }
+    }
+
+    async fn rpcs(&self) -> String {
+        match self {
+            Running::Process(c) => format!("{:.0}", c.rpcs().await),
+            Running::Pod(p) => match p.rpcs().await {
+                Ok(n) => format!("{n:.0}"),
+                Err(e) => format!("? ({e:#})"),
+            },
+        }
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    if cli.check_node {
+        if let Err(e) = node::check() {
+            eprintln!("twc-demo: {e:#}");
+            std::process::exit(1);
+        }
+        return Ok(());
+    }
     let dir = twc_testenv::fresh_dir(&cli.dir)?;
+    let started = Instant::now();
 
-    println!("== Starting a local control plane and the Temporal dev server");
-    let env = TestEnv::start(&Options::default(), &dir).await?;
-    println!(
-        "   ready in {:.1}s (kubeconfig: {})",
-        env.startup.as_secs_f64(),
-        env.control_plane.kubeconfig_path.display()
-    );
-    let client = env.client().await?;
-    twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
-    let worker = twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
-    env.pod_runner
-        .register_image(IMAGE, LocalImage::new(worker));
+    let (env, mut controller) = if cli.pod_runner {
+        println!("== Starting a local control plane, the Temporal dev server and the pod runner");
+        let env = TestEnv::start(&Options::default(), &dir).await?;
+        println!(
+            "   ready in {:.1}s (kubeconfig: {})",
+            env.startup.as_secs_f64(),
+            env.control_plane.kubeconfig_path.display()
+        );
+        let client = env.client().await?;
+        twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
+        let worker =
+            twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
+        env.pod_runner
+            .register_image(LOCAL_IMAGE, LocalImage::new(worker));
+        println!("== Running the controller (twc run, leader election on)");
+        let mut controller = Controller::start(&env.control_plane, &dir, "twc-demo")?;
+        controller.wait_ready().await?;
+        println!("   ready: leader, caches synced");
+        (Env::PodRunner(Box::new(env)), Running::Process(controller))
+    } else {
+        println!(
+            "== Starting a real node: a local control plane, the Temporal dev server, containerd, \
+             a kubelet, kube-proxy and kube-scheduler"
+        );
+        let env = node::start(&dir).await?;
+        println!(
+            "   ready in {:.1}s, images imported (kubeconfig: {})",
+            env.startup.as_secs_f64(),
+            env.control_plane.kubeconfig_path.display()
+        );
+        println!(
+            "== helm install of the CRDs chart, then of the controller chart into namespace '{}' \
+             (restricted Pod Security Standard), --wait",
+            node::SYSTEM
+        );
+        let t = Instant::now();
+        node::install(&env).await?;
+        let client = env.client().await?;
+        let pod = node::ControllerPod::find(&env, &client).await?;
+        println!(
+            "   installed in {:.1}s: pod {} ({}) Ready through its /readyz probe",
+            t.elapsed().as_secs_f64(),
+            pod.name,
+            pod.image,
+        );
+        (Env::Node(Box::new(env)), Running::Pod(pod))
+    };
+    let idle = controller.usage(&env);
+    println!("   the controller at rest: {idle}");
 
-    println!("== Running the controller (twc run, leader election on)");
-    let mut controller = Controller::start(&env.control_plane, &dir, "twc-demo")?;
-    controller.wait_ready().await?;
-    let idle = controller.usage();
-    println!("   ready: leader, caches synced; {idle}");
-
-    let result = demo(&env, &client, &cli).await;
-    let end = controller.usage();
+    let result = demo(&env, &cli).await;
+    let end = controller.usage(&env);
     let rpcs = controller.rpcs().await;
-    controller.process.stop(Duration::from_secs(5));
+    if let Running::Process(c) = &mut controller {
+        c.process.stop(Duration::from_secs(5));
+    }
     match &result {
         Ok(()) => {
+            println!("\n== Controller: idle {idle}; after the rollout {end}; {rpcs} Temporal RPCs");
             println!(
-                "\n== Controller: idle {idle}; after the rollout {end}; {rpcs:.0} Temporal RPCs"
+                "== Done in {:.0}s; stopping everything.",
+                started.elapsed().as_secs_f64()
             );
-            println!("== Done; stopping everything.");
         }
-        Err(e) => println!(
-            "\n== Demo failed: {e:#}\n   logs: {} (controller: {})",
-            dir.display(),
-            controller.process.log_path().display()
-        ),
+        Err(e) => {
+            let logs = match &controller {
+                Running::Process(c) => format!("controller: {}", c.process.log_path().display()),
+                Running::Pod(p) => format!(
+                    "controller: kubectl logs -n {} {} while it runs; node: {}",
+                    node::SYSTEM,
+                    p.name,
+                    dir.join("real-node").display()
+                ),
+            };
+            println!(
+                "\n== Demo failed: {e:#}\n   logs: {} ({logs})",
+                dir.display()
+            );
+        }
     }
     drop(env);
     result
 }
 
-async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
-    let temporal_ns = env.temporal_namespace().await?;
-    println!(
-        "== Creating ClusterConnection 'temporal' -> {}",
-        env.temporal.address
-    );
+async fn demo(env: &Env, cli: &Cli) -> anyhow::Result<()> {
+    let client = env.client().await?;
+    let client = &client;
+    let temporal_ns = env.temporal().namespace().await?;
+    let hostport = env.temporal_for_workers();
+    let image = env.worker_image();
+    println!("== Creating ClusterConnection 'temporal' -> {hostport}");
     let cc: ClusterConnection = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
         "metadata": {"name": "temporal"},
-        "spec": {"hostPort": env.temporal.address}
+        "spec": {"hostPort": hostport}
     }))?;
     Api::<ClusterConnection>::all(client.clone())
         .create(&PostParams::default(), &cc)
         .await?;
     let ns = twc_testenv::control_plane::create_namespace(client, NS).await?;
-    println!("== Creating WorkerDeployment {ns}/{NAME} with image {IMAGE}:v1");
+    println!("== Creating WorkerDeployment {ns}/{NAME} with image {image}:v1");
     let wd: WorkerDeployment = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
         "metadata": {"name": NAME},
@@ -123,7 +271,7 @@ async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
             ]},
             "sunset": {"scaledownDelay": "5s", "deleteDelay": "5s"},
             "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                "containers": [{"name": "worker", "image": format!("{IMAGE}:v1")}]}}
+                "containers": [{"name": "worker", "image": format!("{image}:v1")}]}}
         }
     }))?;
     let wds: Api<WorkerDeployment> = Api::namespaced(client.clone(), &ns);
@@ -140,7 +288,7 @@ async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
     println!(
         "== v1 ({v1}) is current. Starting {PINNED_WORKFLOWS} workflows of {WORKFLOW_SECONDS}s, pinned to v1"
     );
-    let temporal = env.temporal.connect().await?;
+    let temporal = env.temporal().connect().await?;
     for i in 0..PINNED_WORKFLOWS {
         let seconds = WORKFLOW_SECONDS.to_string();
         twc_testenv::temporal::start_workflow(
@@ -161,7 +309,7 @@ async fn demo(env: &TestEnv, client: &Client, cli: &Cli) -> anyhow::Result<()> {
         &Patch::Json::<()>(serde_json::from_value(json!([{
             "op": "replace",
             "path": "/spec/template/spec/containers/0/image",
-            "value": format!("{IMAGE}:v2")
+            "value": format!("{image}:v2")
         }]))?),
     )
     .await?;
@@ -300,12 +448,12 @@ async fn watch(
     client: &Client,
     ns: &str,
     temporal_ns: &str,
-    env: &TestEnv,
+    env: &Env,
     started: Instant,
     deadline: Instant,
     done: impl Fn(&Snapshot) -> bool,
 ) -> anyhow::Result<Snapshot> {
-    let temporal = env.temporal.connect().await?;
+    let temporal = env.temporal().connect().await?;
     let mut last = String::new();
     loop {
         env.check_running()?;

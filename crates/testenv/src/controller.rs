@@ -131,16 +131,53 @@ impl Controller {
 
     /// Resident memory (now and peak) and CPU time so far, from /proc.
     pub fn usage(&self) -> String {
-        let u = self.usage_figures();
-        format!(
-            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
-            u.rss_mib, u.peak_rss_mib, u.cpu_seconds
-        )
+        self.usage_figures().to_string()
     }
 
     /// The figures of [`Controller::usage`], as numbers (zero when /proc cannot be read).
     pub fn usage_figures(&self) -> Usage {
-        let pid = self.process.pid();
+        Usage::of_pid(self.process.pid())
+    }
+
+    /// Temporal RPCs the controller made, from its metrics.
+    pub async fn rpcs(&self) -> f64 {
+        let body = self
+            .get("/metrics")
+            .await
+            .map(|(_, b)| b)
+            .unwrap_or_default();
+        temporal_rpcs(&body)
+    }
+}
+
+/// The Temporal RPCs counted in a `/metrics` body (the sum of `twc_temporal_rpc_total`).
+pub fn temporal_rpcs(metrics: &str) -> f64 {
+    metrics
+        .lines()
+        .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A process's resources, from /proc.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Usage {
+    /// Resident memory now (VmRSS), MiB.
+    pub rss_mib: f64,
+    /// Peak resident memory (VmHWM), MiB.
+    pub peak_rss_mib: f64,
+    /// The part of `rss_mib` that is the process's own memory (RssAnon: heap, stacks), MiB.
+    pub anon_rss_mib: f64,
+    /// The part of `rss_mib` mapped from files (RssFile: the binary's code and data), MiB.
+    pub file_rss_mib: f64,
+    /// User + system CPU time so far, seconds.
+    pub cpu_seconds: f64,
+}
+
+impl Usage {
+    /// The figures of process `pid`, from /proc (zero when it cannot be read): the controller
+    /// run here, or the one in a container of the real node (its task's pid).
+    pub fn of_pid(pid: u32) -> Self {
         let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
         let kib = |key: &str| {
             status
@@ -161,7 +198,7 @@ impl Controller {
                     .sum()
             })
             .unwrap_or(0.0);
-        Usage {
+        Self {
             rss_mib: kib("VmRSS:") / 1024.0,
             peak_rss_mib: kib("VmHWM:") / 1024.0,
             anon_rss_mib: kib("RssAnon:") / 1024.0,
@@ -169,32 +206,15 @@ impl Controller {
             cpu_seconds: ticks / 100.0,
         }
     }
-
-    /// Temporal RPCs the controller made, from its metrics.
-    pub async fn rpcs(&self) -> f64 {
-        let body = self
-            .get("/metrics")
-            .await
-            .map(|(_, b)| b)
-            .unwrap_or_default();
-        body.lines()
-            .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
-            .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-            .sum()
-    }
 }
 
-/// A process's resources, from /proc.
-#[derive(Clone, Copy, Debug, Default)]
-pub struct Usage {
-    /// Resident memory now (VmRSS), MiB.
-    pub rss_mib: f64,
-    /// Peak resident memory (VmHWM), MiB.
-    pub peak_rss_mib: f64,
-    /// The part of `rss_mib` that is the process's own memory (RssAnon: heap, stacks), MiB.
-    pub anon_rss_mib: f64,
-    /// The part of `rss_mib` mapped from files (RssFile: the binary's code and data), MiB.
-    pub file_rss_mib: f64,
-    /// User + system CPU time so far, seconds.
-    pub cpu_seconds: f64,
+impl std::fmt::Display for Usage {
+    /// Resident memory (now and peak) and CPU time so far.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "RSS {:.0} MiB (peak {:.0} MiB), CPU {:.2} s",
+            self.rss_mib, self.peak_rss_mib, self.cpu_seconds
+        )
+    }
 }
