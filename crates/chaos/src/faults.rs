@@ -1,0 +1,301 @@
+//! The faults: which there are, injecting them at seeded random times, and each one applied.
+
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, bail};
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use serde_json::json;
+use twc_controller::plan::build_id;
+
+use crate::invariants::pod_ready;
+use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
+use crate::rollouts::set_image;
+use crate::setup::{client_secret, connection_ref};
+use crate::{BLIPS, IMAGE, MTLS_SECRET, Rng, Run, SCALED};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) enum Fault {
+    ControllerKill,
+    LeaderFailover,
+    ApiserverRestart,
+    TemporalRestart,
+    ConnectionRefChange,
+    RapidImageChanges,
+    ScalerTakeover,
+    SecretRotation,
+    /// Real node only: SIGKILL to a worker container whose version has another ready.
+    WorkerContainerKill,
+    /// Real node only.
+    KubeletRestart,
+}
+
+impl Fault {
+    /// With a real node: every fault, the node's own last.
+    pub(crate) const REAL_NODE: [Fault; 10] = [
+        Fault::ControllerKill,
+        Fault::LeaderFailover,
+        Fault::ApiserverRestart,
+        Fault::TemporalRestart,
+        Fault::ConnectionRefChange,
+        Fault::RapidImageChanges,
+        Fault::ScalerTakeover,
+        Fault::SecretRotation,
+        Fault::WorkerContainerKill,
+        Fault::KubeletRestart,
+    ];
+    /// With the pod runner: all but the node's own.
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(8).0;
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Fault::ControllerKill => "controller SIGKILL + restart",
+            Fault::LeaderFailover => "leader failover",
+            Fault::ApiserverRestart => "kube-apiserver restart",
+            Fault::TemporalRestart => "Temporal restart",
+            Fault::ConnectionRefChange => "connectionRef change",
+            Fault::RapidImageChanges => "rapid image changes",
+            Fault::ScalerTakeover => "scaler takes over replicas",
+            Fault::SecretRotation => "client certificate Secret rotated",
+            Fault::WorkerContainerKill => "worker container SIGKILL",
+            Fault::KubeletRestart => "kubelet restart",
+        }
+    }
+}
+
+/// Injects a fault every `every` seconds on average until the driver is done.
+pub(crate) async fn inject(
+    run: &Run<'_>,
+    controllers: &Mutex<[Replica; 2]>,
+    mut rng: Rng,
+    every: u64,
+) {
+    loop {
+        let gap = rng.between(every / 2, every + every / 2).max(1);
+        for _ in 0..gap * 10 {
+            if run.done.load(Ordering::SeqCst) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let fault = if run.env.node().is_some() {
+            rng.pick(&Fault::REAL_NODE)
+        } else {
+            rng.pick(Fault::ALL)
+        };
+        let at = Instant::now();
+        if let Err(e) = apply(run, controllers, &mut rng, fault).await {
+            eprintln!("   fault {} could not be injected: {e:#}", fault.name());
+            continue;
+        }
+        println!("   fault: {}", fault.name());
+        run.report().faults.push((fault, at, None));
+    }
+}
+
+async fn apply(
+    run: &Run<'_>,
+    controllers: &Mutex<[Replica; 2]>,
+    rng: &mut Rng,
+    fault: Fault,
+) -> anyhow::Result<()> {
+    match fault {
+        Fault::ControllerKill => {
+            let i = rng.between(0, 1) as usize;
+            kill(controllers, i)?;
+            tokio::time::sleep(Duration::from_millis(rng.between(500, 3000))).await;
+            restart_stopped(controllers)?;
+        }
+        Fault::LeaderFailover => {
+            let leader = leader_of(&addrs(controllers))
+                .await
+                .context("no leader to fail over from")?;
+            kill(controllers, leader)?;
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while leader_of(&addrs(controllers)).await != Some(1 - leader) {
+                if Instant::now() > deadline {
+                    bail!("the standby did not take over within 30 s");
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            restart_stopped(controllers)?;
+        }
+        Fault::ApiserverRestart => {
+            run.env
+                .control_plane()
+                .restart_apiserver(Duration::from_secs(5))
+                .await?
+        }
+        Fault::TemporalRestart => run.env.temporal().restart(Duration::from_secs(5)).await?,
+        Fault::WorkerContainerKill => kill_worker_container(run, rng).await?,
+        Fault::KubeletRestart => {
+            let node = run.env.node().context("no real node")?;
+            node.restart_kubelet(Duration::from_secs(2)).await?
+        }
+        Fault::ConnectionRefChange => {
+            let i = rng.between(0, run.names.len() as u64 - 1) as usize;
+            let name = &run.names[i];
+            let wd = run.wds().get(name).await?;
+            let now_cluster = matches!(
+                wd.spec.worker_options.connection_ref.target(),
+                Some((twc_api::ConnectionKind::ClusterConnection, _))
+            );
+            let next = connection_ref(usize::from(now_cluster));
+            run.wds()
+                .patch(
+                    name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"workerOptions": {"connectionRef": next}}})),
+                )
+                .await?;
+        }
+        Fault::ScalerTakeover => {
+            let i = rng.between(0, run.names.len() as u64 - 1) as usize;
+            let name = run.names[i].clone();
+            take_over(run, &name).await?;
+        }
+        Fault::SecretRotation => {
+            let rotated = client_secret(run)?;
+            Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+                .patch(
+                    MTLS_SECRET,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"stringData": rotated.string_data})),
+                )
+                .await?;
+        }
+        Fault::RapidImageChanges => {
+            let i = rng.between(0, run.names.len() as u64 - 1) as usize;
+            let name = &run.names[i];
+            let wd = run.wds().get(name).await?;
+            let image = wd
+                .spec
+                .template
+                .spec
+                .as_ref()
+                .and_then(|s| s.containers.first())
+                .and_then(|c| c.image.clone())
+                .context("no image")?;
+            // A real node has the blips it was given (tag_images).
+            let blips = if run.env.node().is_some() {
+                BLIPS
+            } else {
+                1_000_000
+            };
+            let blip = format!("{IMAGE}:blip-{}", rng.next() % blips);
+            set_image(run, name, &blip).await;
+            tokio::time::sleep(Duration::from_millis(rng.between(200, 1500))).await;
+            // Back to the image the driver set, unless the driver set another meanwhile.
+            let back = serde_json::from_value(json!([
+                {"op": "test", "path": "/spec/template/spec/containers/0/image", "value": blip},
+                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}
+            ]))?;
+            let _ = run
+                .wds()
+                .patch(name, &PatchParams::default(), &Patch::Json::<()>(back))
+                .await;
+        }
+    }
+    Ok(())
+}
+
+/// A WorkerResourceTemplate rendering an HPA for `name` (once), then, once the controller
+/// applied it, the current version's Deployment scaled to [`SCALED`] as an HPA would.
+async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
+    use twc_api::WorkerResourceTemplate;
+    let wrts: Api<WorkerResourceTemplate> = Api::namespaced(run.client.clone(), &run.ns);
+    let wrt_name = format!("{name}-hpa");
+    if wrts.get_opt(&wrt_name).await?.is_none() {
+        let wrt: WorkerResourceTemplate = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": wrt_name},
+            "spec": {"workerDeploymentRef": {"name": name}, "template": {
+                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+                "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3, "metrics": []}
+            }}
+        }))?;
+        wrts.create(&PostParams::default(), &wrt).await?;
+    }
+    let state = run.describe(name).await.context("Temporal unreadable")?;
+    let build = state.current_build_id.context("no current version")?;
+    // The controller has seen the template once it applied it for this build.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let applied = wrts.get(&wrt_name).await?.status.is_some_and(|s| {
+            s.versions
+                .iter()
+                .any(|v| v.build_id == build && v.last_applied_hash.is_some())
+        });
+        if applied {
+            break;
+        }
+        if Instant::now() > deadline {
+            bail!("the controller did not apply {wrt_name} for {build} within 30 s");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    run.deployments()
+        .patch_scale(
+            &build_id::deployment_name(name, &build),
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"replicas": SCALED}})),
+        )
+        .await?;
+    run.report().scaled.push((name.to_string(), build));
+    Ok(())
+}
+
+fn kill(controllers: &Mutex<[Replica; 2]>, i: usize) -> anyhow::Result<()> {
+    let mut c = controllers
+        .lock()
+        .map_err(|_| anyhow::anyhow!("controllers lock poisoned"))?;
+    c[i].process.kill();
+    Ok(())
+}
+
+/// SIGKILLs one worker container whose Deployment has another replica ready, so that the
+/// kill tests the kubelet's restart and the controller's patience, not I1 (a node losing a
+/// version's only worker is not the controller's doing).
+async fn kill_worker_container(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
+    let node = run.env.node().context("no real node")?;
+    let pods = Api::<Pod>::namespaced(run.client.clone(), &run.ns)
+        .list(&Default::default())
+        .await?
+        .items;
+    let mut candidates = Vec::new();
+    for pod in &pods {
+        let Some(owner) = pod.labels().get("temporal.io/build-id").cloned() else {
+            continue;
+        };
+        let ready_siblings = pods
+            .iter()
+            .filter(|p| p.labels().get("temporal.io/build-id") == Some(&owner))
+            .filter(|p| p.name_any() != pod.name_any())
+            .filter(|p| pod_ready(p))
+            .count();
+        let id = pod
+            .status
+            .as_ref()
+            .and_then(|s| s.container_statuses.as_ref())
+            .and_then(|c| c.first())
+            .and_then(|c| c.container_id.as_deref())
+            .and_then(|id| id.strip_prefix("containerd://"))
+            .map(str::to_string);
+        if let Some(id) = id
+            && ready_siblings > 0
+            && pod_ready(pod)
+        {
+            candidates.push(id);
+        }
+    }
+    if candidates.is_empty() {
+        bail!("no worker container with a ready sibling");
+    }
+    let id = &candidates[(rng.next() % candidates.len() as u64) as usize];
+    node.ctr(&["tasks", "kill", "--signal", "SIGKILL", id])?;
+    Ok(())
+}

@@ -1,0 +1,122 @@
+//! The rounds of rollouts, and what converged means.
+
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kube::api::{Patch, PatchParams};
+use serde_json::json;
+use twc_controller::plan::target_build_id;
+use twc_controller::temporal::DeploymentState;
+
+use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
+
+/// Whether `name` is at its spec's target: the status and Temporal both say it is current,
+/// nothing ramps.
+pub(crate) async fn converged(run: &Run<'_>, name: &str) -> Option<bool> {
+    let state = run.describe(name).await?;
+    converged_with(run, name, &state).await
+}
+
+/// [`converged`], with Temporal's `state` already read.
+pub(crate) async fn converged_with(
+    run: &Run<'_>,
+    name: &str,
+    state: &DeploymentState,
+) -> Option<bool> {
+    let wd = run.wds().get(name).await.ok()?;
+    let want = target_build_id(&wd);
+    let status = wd.status.clone().unwrap_or_default();
+    let current = status.current_version.map(|c| c.base.build_id);
+    let target = status.target_version.map(|t| t.base.build_id);
+    if current.as_deref() != Some(&want) || target.as_deref() != Some(&want) {
+        return Some(false);
+    }
+    Some(state.current_build_id.as_deref() == Some(&want) && state.ramping_build_id.is_none())
+}
+
+pub(crate) async fn wait_converged(
+    run: &Run<'_>,
+    name: &str,
+    timeout: Duration,
+) -> anyhow::Result<Duration> {
+    let started = Instant::now();
+    loop {
+        if converged(run, name).await == Some(true) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > timeout {
+            bail!("{name} did not reach its spec's target within {timeout:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+}
+
+/// The rounds: a pinned workflow and a new image for every WorkerDeployment, then waits for
+/// each to converge (I4).
+pub(crate) async fn drive(run: &Run<'_>, rng: &mut Rng, rounds: usize) -> anyhow::Result<()> {
+    for round in 1..=rounds {
+        for name in &run.names {
+            let id = format!("pinned-{name}-r{round}");
+            let seconds = rng.between(2, 12).to_string();
+            let mut started = false;
+            for _ in 0..20 {
+                let start = twc_testenv::temporal::start_workflow(
+                    &run.temporal,
+                    &run.temporal_ns,
+                    name,
+                    "Sleep",
+                    &id,
+                    Some(&seconds),
+                );
+                if matches!(tokio::time::timeout(CALL_TIMEOUT, start).await, Ok(Ok(()))) {
+                    started = true;
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if started {
+                run.report().pinned.push(id);
+            }
+            set_image(run, name, &format!("{IMAGE}:r{round}")).await;
+        }
+        for name in &run.names {
+            match wait_converged(run, name, run.converge).await {
+                Ok(_) => run.report().rollouts += 1,
+                // Faults keep coming: judged once they stop (I4), counted meanwhile.
+                Err(e) => {
+                    println!("   round {round}: {e} (faults go on)");
+                    run.report().slow += 1;
+                }
+            }
+        }
+        let (rollouts, faults) = {
+            let report = run.report();
+            (report.rollouts, report.faults.len())
+        };
+        println!("   round {round}/{rounds}: {rollouts} rollouts done, {faults} faults so far");
+    }
+    Ok(())
+}
+
+/// Sets the image of `name`, retrying while the apiserver restarts.
+pub(crate) async fn set_image(run: &Run<'_>, name: &str, image: &str) {
+    let patch = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}]);
+    for _ in 0..60 {
+        let Ok(p) = serde_json::from_value(patch.clone()) else {
+            return;
+        };
+        if run
+            .wds()
+            .patch(name, &PatchParams::default(), &Patch::Json::<()>(p))
+            .await
+            .is_ok()
+        {
+            return;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    run.report().violate(
+        "I4",
+        format!("could not set the image of {name} for a minute"),
+    );
+}

@@ -1,0 +1,106 @@
+//! The WorkerDeployments, their connections and the client certificate Secret; the images
+//! tagged on a real node.
+
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::{Api, PostParams};
+use serde_json::{Value, json};
+use twc_api::{ClusterConnection, Connection, WorkerDeployment};
+use twc_testenv::node::Node;
+use twc_testenv::pki::Usage;
+
+use crate::rollouts::wait_converged;
+use crate::{
+    BLIPS, CLUSTER_CONNECTION, CONNECTION, IMAGE, MTLS_SECRET, Run, SERVER_NAME, WORKER_IMAGE,
+};
+
+pub(crate) fn connection_ref(i: usize) -> Value {
+    if i.is_multiple_of(2) {
+        json!({"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": CLUSTER_CONNECTION}})
+    } else {
+        json!({"objectRef": {"apiGroup": "temporal.io", "kind": "Connection", "name": CONNECTION}})
+    }
+}
+
+/// The ClusterConnection, the Connection and the WorkerDeployments at image `r0`; waits
+/// until they converge.
+pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
+    Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+        .create(&PostParams::default(), &client_secret(run)?)
+        .await?;
+    let spec = json!({
+        "hostPort": run.tls_address,
+        // The proxy's CA is in the same Secret; naming it passes it to the workers too.
+        "tls": {"serverName": SERVER_NAME, "caCertSecretRef": {"name": MTLS_SECRET}},
+        "mutualTLSSecretRef": {"name": MTLS_SECRET}
+    });
+    let cc: ClusterConnection = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+        "metadata": {"name": CLUSTER_CONNECTION},
+        "spec": spec
+    }))?;
+    Api::<ClusterConnection>::all(run.client.clone())
+        .create(&PostParams::default(), &cc)
+        .await?;
+    let c: Connection = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
+        "metadata": {"name": CONNECTION, "namespace": run.ns},
+        "spec": spec
+    }))?;
+    Api::<Connection>::namespaced(run.client.clone(), &run.ns)
+        .create(&PostParams::default(), &c)
+        .await?;
+    for (i, name) in run.names.iter().enumerate() {
+        let rollout = if i.is_multiple_of(2) {
+            json!({"strategy": "AllAtOnce"})
+        } else {
+            json!({"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]})
+        };
+        let wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": name},
+            "spec": {
+                "replicas": run.replicas,
+                "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
+                "rollout": rollout,
+                "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
+                "template": {"spec": {"terminationGracePeriodSeconds": 2,
+                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0")}]}}
+            }
+        }))?;
+        run.wds().create(&PostParams::default(), &wd).await?;
+    }
+    for name in &run.names {
+        wait_converged(run, name, run.converge).await?;
+    }
+    Ok(())
+}
+
+/// The client certificate Secret: a fresh key pair from the run's CA, valid for a day.
+pub(crate) fn client_secret(run: &Run<'_>) -> anyhow::Result<Secret> {
+    let pair = run
+        .ca
+        .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(90))?;
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": MTLS_SECRET},
+        "type": "kubernetes.io/tls",
+        "stringData": {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": run.ca.cert_pem}
+    }))?)
+}
+
+/// Tags the example worker's image on the node as every image the run will set: `r0` to
+/// `r<rounds>` and the blips (no registry serves them).
+pub(crate) fn tag_images(node: &Node, rounds: usize) -> anyhow::Result<()> {
+    let tags = (0..=rounds)
+        .map(|r| format!("r{r}"))
+        .chain((0..BLIPS).map(|b| format!("blip-{b}")));
+    for tag in tags {
+        node.ctr(&[
+            "images",
+            "tag",
+            "--force",
+            WORKER_IMAGE,
+            &format!("{IMAGE}:{tag}"),
+        ])?;
+    }
+    Ok(())
+}
