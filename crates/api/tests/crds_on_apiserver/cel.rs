@@ -1,0 +1,328 @@
+//! Every CEL rule rejects what it should with its message and accepts valid input.
+
+use kube::ResourceExt;
+use serde_json::{Value, json};
+
+use crate::{TestResult, api, assert_rejected, create, minimal_connection, minimal_wd, set, setup};
+
+#[tokio::test]
+async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult {
+    let (env, client) = setup().await?;
+    let ns = env.namespace("cel").await?;
+    let wds = api(&client, &ns, "WorkerDeployment");
+    let step = |ramp: i64, pause: &str| json!({"rampPercentage": ramp, "pauseDuration": pause});
+    let progressive = |steps: Value| {
+        set(
+            minimal_wd("p"),
+            "spec/rollout",
+            json!({"strategy": "Progressive", "steps": steps}),
+        )
+    };
+    let cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "a name longer than 63 characters",
+            minimal_wd(&"w".repeat(64)),
+            "name cannot be more than 63 characters",
+        ),
+        (
+            "Progressive without steps",
+            set(
+                minimal_wd("p"),
+                "spec/rollout/strategy",
+                json!("Progressive"),
+            ),
+            "steps are required for Progressive rollout",
+        ),
+        (
+            "gate inputFrom with both sources",
+            set(
+                minimal_wd("g"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Gate", "inputFrom": {
+                    "configMapKeyRef": {"name": "a", "key": "k"},
+                    "secretKeyRef": {"name": "b", "key": "k"}}}),
+            ),
+            "exactly one of configMapKeyRef or secretKeyRef must be set",
+        ),
+        (
+            "gate inputFrom with no source",
+            set(
+                minimal_wd("g"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Gate", "inputFrom": {}}),
+            ),
+            "exactly one of configMapKeyRef or secretKeyRef must be set",
+        ),
+        (
+            "a pause shorter than 30s",
+            progressive(json!([step(10, "10s")])),
+            "pause duration must be at least 30s",
+        ),
+        (
+            "decreasing ramps",
+            progressive(json!([step(50, "1m"), step(20, "1m")])),
+            "steps[].rampPercentage must be strictly increasing from one step to the next",
+        ),
+        (
+            "repeated ramps",
+            progressive(json!([step(20, "1m"), step(20, "1m")])),
+            "steps[].rampPercentage must be strictly increasing from one step to the next",
+        ),
+        (
+            "more than 20 steps",
+            progressive(Value::Array((1..=21).map(|i| step(i, "1m")).collect())),
+            "must have at most 20 items",
+        ),
+        (
+            "a ramp of 100",
+            progressive(json!([step(100, "1m")])),
+            "should be less than or equal to 99",
+        ),
+        (
+            "a ramp of 0",
+            progressive(json!([step(0, "1m")])),
+            "should be greater than or equal to 1",
+        ),
+        (
+            "a scaledownDelay that is not a duration",
+            set(minimal_wd("s"), "spec/sunset/scaledownDelay", json!("soon")),
+            "scaledownDelay",
+        ),
+        (
+            "a negative deleteDelay",
+            set(minimal_wd("s"), "spec/sunset/deleteDelay", json!("-1h")),
+            "deleteDelay must be a non-negative duration such as 1h or 24h",
+        ),
+        (
+            "an unknown strategy",
+            set(minimal_wd("s"), "spec/rollout/strategy", json!("Sometimes")),
+            "supported values: \"Manual\", \"AllAtOnce\", \"Progressive\"",
+        ),
+        (
+            "an empty temporalNamespace",
+            set(
+                minimal_wd("t"),
+                "spec/workerOptions/temporalNamespace",
+                json!(""),
+            ),
+            "spec.workerOptions.temporalNamespace",
+        ),
+        (
+            "a custom build ID with a leading dash",
+            set(
+                minimal_wd("b"),
+                "spec/workerOptions/unsafeCustomBuildID",
+                json!("-build"),
+            ),
+            "spec.workerOptions.unsafeCustomBuildID",
+        ),
+    ];
+    for (case, v, expected) in cases {
+        assert_rejected(&wds, case, v, expected).await;
+    }
+    // The minimal valid object and a valid Progressive rollout are accepted.
+    create(&wds, minimal_wd("valid")).await?;
+    create(
+        &wds,
+        set(
+            progressive(json!([step(1, "30s"), step(50, "1h"), step(99, "24h")])),
+            "metadata/name",
+            json!("valid-progressive"),
+        ),
+    )
+    .await?;
+    create(
+        &wds,
+        set(minimal_wd(&"w".repeat(63)), "spec/replicas", json!(3)),
+    )
+    .await?;
+
+    // Connection and ClusterConnection share the spec rules.
+    for kind in ["Connection", "ClusterConnection"] {
+        let conns = api(&client, &ns, kind);
+        let name = format!("{}-{}", kind.to_lowercase(), &ns);
+        assert_rejected(
+            &conns,
+            &format!("{kind} with both secrets"),
+            set(
+                set(
+                    minimal_connection(kind, &name),
+                    "spec/mutualTLSSecretRef",
+                    json!({"name": "m"}),
+                ),
+                "spec/apiKeySecretRef",
+                json!({"name": "k", "key": "api-key"}),
+            ),
+            "Only one of mutualTLSSecretRef or apiKeySecretRef may be set",
+        )
+        .await;
+        // mTLS with a CA Secret (the way to tell the workers about a private CA) is accepted.
+        let with_ca = create(
+            &conns,
+            set(
+                set(
+                    minimal_connection(kind, &format!("{name}-ca")),
+                    "spec/mutualTLSSecretRef",
+                    json!({"name": "m"}),
+                ),
+                "spec/tls/caCertSecretRef",
+                json!({"name": "m"}),
+            ),
+        )
+        .await?;
+        conns
+            .delete(&with_ca.name_any(), &Default::default())
+            .await?;
+        assert_rejected(
+            &conns,
+            &format!("{kind} with a hostPort without port"),
+            set(
+                minimal_connection(kind, &name),
+                "spec/hostPort",
+                json!("temporal.example.com"),
+            ),
+            "spec.hostPort",
+        )
+        .await;
+        let created = create(&conns, minimal_connection(kind, &name)).await?;
+        if kind == "ClusterConnection" {
+            // Cluster-scoped: stored without a namespace.
+            assert_eq!(created.metadata.namespace, None);
+            conns.delete(&name, &Default::default()).await?;
+        }
+    }
+
+    let wrts = api(&client, &ns, "WorkerResourceTemplate");
+    let wrt = json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+        "metadata": {"name": "hpa"},
+        "spec": {"template": {"apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler"}}
+    });
+    assert_rejected(
+        &wrts,
+        "WRT without a reference",
+        wrt.clone(),
+        "workerDeploymentRef is required",
+    )
+    .await;
+    assert_rejected(
+        &wrts,
+        "WRT with both references",
+        set(
+            set(
+                wrt.clone(),
+                "spec/workerDeploymentRef",
+                json!({"name": "a"}),
+            ),
+            "spec/temporalWorkerDeploymentRef",
+            json!({"name": "a"}),
+        ),
+        "set only one of workerDeploymentRef and the deprecated temporalWorkerDeploymentRef",
+    )
+    .await;
+    create(
+        &wrts,
+        set(wrt, "spec/workerDeploymentRef", json!({"name": "a"})),
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn connection_ref_takes_exactly_one_of_name_and_object_ref() -> TestResult {
+    let (env, client) = setup().await?;
+    let ns = env.namespace("connref").await?;
+    let wds = api(&client, &ns, "WorkerDeployment");
+    let with_ref =
+        |name: &str, r: Value| set(minimal_wd(name), "spec/workerOptions/connectionRef", r);
+
+    create(&wds, with_ref("by-name", json!({"name": "conn"}))).await?;
+    let cluster = create(
+        &wds,
+        with_ref(
+            "to-cluster",
+            json!({"objectRef": {"kind": "ClusterConnection", "name": "shared"}}),
+        ),
+    )
+    .await?;
+    // apiGroup defaults to temporal.io.
+    assert_eq!(
+        cluster.data["spec"]["workerOptions"]["connectionRef"]["objectRef"]["apiGroup"],
+        json!("temporal.io")
+    );
+    create(
+        &wds,
+        with_ref(
+            "to-connection",
+            json!({"objectRef": {"apiGroup": "temporal.io", "kind": "Connection", "name": "c"}}),
+        ),
+    )
+    .await?;
+
+    assert_rejected(
+        &wds,
+        "both name and objectRef",
+        with_ref(
+            "both",
+            json!({"name": "conn", "objectRef": {"kind": "Connection", "name": "conn"}}),
+        ),
+        "connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "neither name nor objectRef",
+        with_ref("neither", json!({})),
+        "connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "objectRef to a Secret",
+        with_ref(
+            "secret",
+            json!({"objectRef": {"kind": "Secret", "name": "s"}}),
+        ),
+        "objectRef.kind must be Connection or ClusterConnection",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "objectRef in another group",
+        with_ref(
+            "group",
+            json!({"objectRef": {"apiGroup": "v1", "kind": "Connection", "name": "s"}}),
+        ),
+        "objectRef.apiGroup must be temporal.io",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "objectRef with an invalid name",
+        with_ref(
+            "badname",
+            json!({"objectRef": {"kind": "Connection", "name": "Not_A_Name"}}),
+        ),
+        "spec.workerOptions.connectionRef.objectRef.name",
+    )
+    .await;
+    // The rejection names the field.
+    match create(
+        &wds,
+        with_ref(
+            "field",
+            json!({"objectRef": {"kind": "Secret", "name": "s"}}),
+        ),
+    )
+    .await
+    {
+        Err(kube::Error::Api(s)) => assert!(
+            s.message
+                .contains("spec.workerOptions.connectionRef.objectRef.kind"),
+            "{}",
+            s.message
+        ),
+        other => panic!("expected a rejection, got {other:?}"),
+    }
+    Ok(())
+}
