@@ -30,6 +30,7 @@ use crate::connections::{self, ConnKey, ConnectionStores, UsageIndex, finalizer}
 use crate::scoped::{Names, Scoped, Synced, trim};
 use crate::temporal::pool::ClientPool;
 use crate::temporal::reads::{ReadConfig, Reads};
+use crate::worker_pods::CachedPod;
 use crate::workerdeployment;
 
 /// How the controller runs.
@@ -279,6 +280,10 @@ struct ScopeCaches {
     secrets: Store<PartialObjectMeta<Secret>>,
     templates: Store<twc_api::WorkerResourceTemplate>,
     template_names: Names,
+    /// The pods of versioned Deployments, and their names by namespace.
+    pods: Store<CachedPod>,
+    worker_deployments: Store<CachedWorkerDeployment>,
+    pod_names: Names,
     wd_tx: UnboundedSender<ObjectRef<CachedWorkerDeployment>>,
     conn_tx: UnboundedSender<ObjectRef<Connection>>,
     writers: Option<ScopeWriters>,
@@ -290,6 +295,8 @@ struct ScopeWriters {
     deployments: Writer<CachedDeployment>,
     secrets: Writer<PartialObjectMeta<Secret>>,
     templates: Writer<twc_api::WorkerResourceTemplate>,
+    pods: Writer<CachedPod>,
+    worker_deployments: Writer<CachedWorkerDeployment>,
     wd_rx: UnboundedReceiver<ObjectRef<CachedWorkerDeployment>>,
     conn_rx: UnboundedReceiver<ObjectRef<Connection>>,
 }
@@ -300,6 +307,8 @@ impl ScopeCaches {
         let (deployments, deployments_w) = reflector::store();
         let (secrets, secrets_w) = reflector::store();
         let (templates, templates_w) = reflector::store();
+        let (pods, pods_w) = reflector::store();
+        let (worker_deployments, worker_deployments_w) = reflector::store();
         let (wd_tx, wd_rx) = unbounded_channel();
         let (conn_tx, conn_rx) = unbounded_channel();
         Self {
@@ -310,6 +319,9 @@ impl ScopeCaches {
             secrets,
             templates,
             template_names: Names::default(),
+            pods,
+            pod_names: Names::default(),
+            worker_deployments,
             wd_tx,
             conn_tx,
             writers: Some(ScopeWriters {
@@ -317,6 +329,8 @@ impl ScopeCaches {
                 deployments: deployments_w,
                 secrets: secrets_w,
                 templates: templates_w,
+                pods: pods_w,
+                worker_deployments: worker_deployments_w,
                 wd_rx,
                 conn_rx,
             }),
@@ -390,6 +404,8 @@ async fn run_controllers(
     let deployments = indexed(&caches, |c| (&c.deployments, &c.deployment_names));
     let secret_meta = scoped(&caches, |c| &c.secrets);
     let templates = indexed(&caches, |c| (&c.templates, &c.template_names));
+    let worker_pods = indexed(&caches, |c| (&c.pods, &c.pod_names));
+    let worker_deployments = scoped(&caches, |c| &c.worker_deployments);
     // One task waits for every cache the WorkerDeployment reconciles read, then opens their gate.
     let (synced, open) = {
         let (stores, deployments, secret_meta, templates) = (
@@ -415,6 +431,8 @@ async fn run_controllers(
         stores: stores.clone(),
         deployments,
         secret_meta,
+        worker_pods,
+        worker_deployments,
         templates,
         recorder,
         intervals: config.intervals,
@@ -425,8 +443,7 @@ async fn run_controllers(
         },
         queue: crate::metrics::WorkQueue::new("WorkerDeployment"),
         synced,
-        streaks: Default::default(),
-        cert_warned: Default::default(),
+        memories: Default::default(),
         own: Default::default(),
         reads: {
             // A worker deployment whose listing changed is reconciled at once.
@@ -444,7 +461,6 @@ async fn run_controllers(
                 Some(wake),
             )
         },
-        pods: Default::default(),
     });
     let fin_ctx = Arc::new(finalizer::Context {
         client: client.clone(),
@@ -500,6 +516,23 @@ async fn run_controllers(
         });
         tasks.push(Box::pin(secrets.for_each(|_| async {})));
 
+        // The pods of versioned Deployments (only ours, by label), reduced to their troubles:
+        // a target that is not ready reads them here, with no request. Optional: without the
+        // permission (or before the cache fills) no trouble is seen, and a rollout waits the
+        // same, only its progress deadline says less; so no reconcile waits for this cache.
+        let pods = watcher::watcher(
+            api::<CachedPod>(&client, scope),
+            watch_config().labels(labels::DEPLOYMENT_NAME),
+        )
+        .default_backoff()
+        .inspect_err(|e| tracing::debug!("the worker pods' watch: {e}"))
+        .inspect_ok({
+            let names = cache.pod_names.clone();
+            move |ev| names.apply(ev)
+        })
+        .reflect(writers.pods);
+        tasks.push(Box::pin(pods.for_each(|_| async {})));
+
         // Connections: feed the cache, re-queue their users on spec changes (not on the
         // finalizer's own writes or status), and drive their finalizer.
         let (s, idx, spec_changes) = (senders.clone(), index.clone(), SpecChanges::default());
@@ -552,7 +585,7 @@ async fn run_controllers(
         let wrt_triggers = crate::wrt::Triggers::new(scope_templates, wrt_tx);
 
         // WorkerDeployments triggered count in the queue-depth metric while they exist.
-        let (wd_reader, wd_writer) = reflector::store::<CachedWorkerDeployment>();
+        let (wd_reader, wd_writer) = (cache.worker_deployments.clone(), writers.worker_deployments);
         let queue = {
             let (queue, wds) = (ctx.queue.clone(), wd_reader.clone());
             move |ns: &str, name: &str| {
@@ -620,8 +653,9 @@ async fn run_controllers(
                 ctx.own.seen(ev);
                 wrt_triggers.worker_deployment(ev);
                 if let Event::Delete(wd) = ev {
-                    // Gone before its reconcile: no longer waiting.
+                    // Gone before its reconcile: no longer waiting, nothing to remember.
                     queue.started(&key_of(wd));
+                    ctx.forget(&key_of(wd));
                 }
             }
         })

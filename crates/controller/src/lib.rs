@@ -20,6 +20,7 @@ pub mod plan;
 pub mod rbac;
 pub mod scoped;
 pub mod temporal;
+pub mod worker_pods;
 pub mod workerdeployment;
 pub mod writes;
 pub mod wrt;

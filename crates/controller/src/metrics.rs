@@ -123,6 +123,7 @@ pub struct Metrics {
     versions: Family<VersionLabels, Gauge>,
     ramp: Family<WorkerDeploymentLabels, Gauge<f64, AtomicU64>>,
     leader: Gauge,
+    remembered: Gauge,
     queue_depth: Family<ControllerLabels, Gauge>,
     build_info: Family<BuildLabels, Gauge>,
 }
@@ -151,6 +152,7 @@ impl Metrics {
             versions: Family::default(),
             ramp: Family::default(),
             leader: Gauge::default(),
+            remembered: Gauge::default(),
             queue_depth: Family::default(),
             build_info: Family::default(),
             registry: Registry::default(),
@@ -219,6 +221,11 @@ impl Metrics {
             "leader",
             "1 while this replica holds the leader-election Lease (or runs without election)",
             m.leader.clone(),
+        );
+        registry.register(
+            "worker_deployments_remembered",
+            "WorkerDeployments with something remembered between reconciles (failure streak, last state read, pods' troubles, certificate warning); falls as they are deleted",
+            m.remembered.clone(),
         );
         registry.register(
             "work_queue_depth",
@@ -370,6 +377,12 @@ impl Metrics {
             namespace: namespace.into(),
             worker_deployment: name.into(),
         });
+    }
+
+    /// How many WorkerDeployments something is remembered of between reconciles.
+    pub fn remembered(&self, count: usize) {
+        self.remembered
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
     }
 
     /// Whether this replica leads.

@@ -91,10 +91,10 @@ pub fn namespaced_rules() -> Vec<PolicyRule> {
         rule("", &["secrets"], &["get", "list", "watch"]),
         // A gate's input from a ConfigMap, read when the gate starts.
         rule("", &["configmaps"], &["get"]),
-        // The target's pods, listed while they are not ready, to say why (CrashLoopBackOff,
+        // The pods of versioned Deployments, watched to say why a target is not ready (CrashLoopBackOff,
         // ErrImagePull, ...) and to fail a crash-looping build early. Without it the rollout
         // works the same, only the progress deadline says less.
-        rule("", &["pods"], &["list"]),
+        rule("", &["pods"], &["list", "watch"]),
         // Events for people.
         rule("events.k8s.io", &["events"], &["create", "patch"]),
     ]

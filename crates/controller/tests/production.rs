@@ -421,3 +421,91 @@ async fn metrics_answer_only_a_token_allowed_to_read_them() -> TestResult {
     assert!(replica.process.try_wait().is_none(), "{}", replica.log());
     Ok(())
 }
+
+/// What the controller remembers of each WorkerDeployment between reconciles lives in one
+/// store whose entries go with their WorkerDeployment: a thousand waiting for pods that never
+/// come (what their target's pods showed is remembered), then deleted without a cleanup
+/// (their finalizer removed by hand, so only the watch's deletion says they are gone), leave
+/// nothing behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thousand_deleted_worker_deployments_leave_nothing_remembered() -> TestResult {
+    use futures::{StreamExt, stream};
+    use kube::api::DeleteParams;
+    const N: usize = 1000;
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let ns = w.tenant("remembered").await;
+    let cc = format!("remembered-{ns}");
+    w.cluster_connection(&cc).await;
+    let mut replica = start_replica(
+        &format!("remembered-{ns}"),
+        &w.env.control_plane.kubeconfig_path,
+        &["--watch-namespaces", &ns, "--identity", "remembered-test"],
+    );
+    let series = "twc_worker_deployments_remembered";
+    let remembered = |metrics: &str| sample(metrics, series).unwrap_or(-1.0);
+    let names: Vec<String> = (0..N).map(|i| format!("w{i}")).collect();
+    // One Temporal namespace for all (registering one each would meet the server's limit).
+    let temporal_ns = w.env.temporal_namespace().await?;
+    let api: Api<WorkerDeployment> = Api::namespaced(admin.clone(), &ns);
+    stream::iter(&names)
+        .for_each_concurrent(16, |name| {
+            let wd: WorkerDeployment = from_json(json!({
+                "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+                "metadata": {"name": name},
+                "spec": {
+                    "replicas": 1,
+                    "workerOptions": {"connectionRef": cluster_ref(&cc), "temporalNamespace": temporal_ns},
+                    "rollout": {"strategy": "AllAtOnce"},
+                    "sunset": {},
+                    "template": {"spec": {"containers": [{"name": "worker", "image": "never:v1"}]}}
+                }
+            }));
+            let api = api.clone();
+            async move {
+                if let Err(e) = api.create(&Default::default(), &wd).await {
+                    panic!("create {name}: {e}");
+                }
+            }
+        })
+        .await;
+    let all = N as f64;
+    let filled = wait_for("every one remembered", Duration::from_secs(300), || async {
+        let n = remembered(&replica.metrics().await);
+        if n >= all {
+            Ok(())
+        } else {
+            Err(format!("{n} of {N}"))
+        }
+    })
+    .await;
+    if let Err(e) = filled {
+        panic!("{e}\n{}", replica.log());
+    }
+    let unfinalize = json!({"metadata": {"finalizers": null}});
+    stream::iter(&names)
+        .for_each_concurrent(16, |name| {
+            let (api, patch) = (api.clone(), unfinalize.clone());
+            async move {
+                let _ = api
+                    .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await;
+                let _ = api.delete(name, &DeleteParams::default()).await;
+            }
+        })
+        .await;
+    let gone = wait_for("nothing remembered", Duration::from_secs(120), || async {
+        let n = remembered(&replica.metrics().await);
+        if n == 0.0 {
+            Ok(())
+        } else {
+            Err(format!("{n} remembered"))
+        }
+    })
+    .await;
+    if let Err(e) = gone {
+        panic!("{e}\n{}", replica.log());
+    }
+    replica.process.kill();
+    Ok(())
+}

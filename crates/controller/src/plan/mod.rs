@@ -596,6 +596,53 @@ fn gate_starts(
         .collect()
 }
 
+/// The gates whose input a pass reads before planning, by step (None: the gate before
+/// traffic): those configured whose runs are not all there on the target's workflow task
+/// queues while the planner would look at them. A superset of what the plan starts (it may
+/// hold a gate back: a rollback, a step still paused).
+pub fn gates_may_start(
+    wd: &WorkerDeployment,
+    target: &str,
+    observed: &Observed,
+) -> std::collections::BTreeSet<Option<usize>> {
+    let needs = needs(wd, target, &observed.temporal);
+    let queues: Vec<&TaskQueueRef> = observed
+        .target
+        .task_queues
+        .iter()
+        .filter(|q| q.workflow)
+        .collect();
+    let mut out = std::collections::BTreeSet::new();
+    if wd.spec.rollout.gate.is_some()
+        && needs.gates
+        && queues
+            .iter()
+            .any(|q| !observed.target.gates.iter().any(|g| g.task_queue == q.name))
+    {
+        out.insert(None);
+    }
+    if let Some(step) = needs.step_gate
+        && wd
+            .spec
+            .rollout
+            .steps
+            .get(step)
+            .is_some_and(|s| s.gate.is_some())
+    {
+        let runs = match &observed.target.step_gates {
+            Some(g) if g.step == step => g.runs.as_slice(),
+            _ => &[],
+        };
+        if queues.iter().any(|q| {
+            let id = step_gate_id(wd, target, &q.name, step);
+            !runs.iter().any(|r| r.workflow_id == id)
+        }) {
+            out.insert(Some(step));
+        }
+    }
+    out
+}
+
 /// Versions Temporal cannot delete to make room: anything but Drained, or Drained with running
 /// workers. Sorted.
 fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {

@@ -429,9 +429,6 @@ pub struct Reads {
     budgets: Mutex<HashMap<(String, String), Arc<Budget>>>,
     turns: Mutex<Turns>,
     directories: Mutex<HashMap<(String, String), Arc<Directory>>>,
-    /// Boxed: a map's table holds a slot per entry and as many again spare, and a state is
-    /// most of a KiB.
-    remembered: Mutex<HashMap<String, Box<Remembered>>>,
     wake: Option<Wake>,
 }
 
@@ -442,7 +439,6 @@ impl Reads {
             budgets: Default::default(),
             turns: Default::default(),
             directories: Default::default(),
-            remembered: Default::default(),
             wake,
         }
     }
@@ -561,32 +557,8 @@ impl Reads {
         }
     }
 
-    /// The remembered state of WorkerDeployment `wd_key`.
-    pub fn recall(&self, wd_key: &str) -> Option<Remembered> {
-        self.remembered
-            .lock()
-            .ok()?
-            .get(wd_key)
-            .map(|r| Remembered::clone(r))
-    }
-
-    /// Remembers a state just read.
-    pub fn remember(&self, wd_key: String, r: Remembered) {
-        if let Ok(mut m) = self.remembered.lock() {
-            m.insert(wd_key, Box::new(r));
-        }
-    }
-
-    /// Forgets what was read for `wd_key` (a failed pass, a deletion), and its turn.
-    pub fn forget(&self, wd_key: &str) {
-        if let Ok(mut m) = self.remembered.lock() {
-            m.remove(wd_key);
-        }
-        self.forget_turn(wd_key);
-    }
-
     /// Drops `wd_key`'s steady turn (it reads at the moving priority now, or is gone).
-    fn forget_turn(&self, wd_key: &str) {
+    pub fn forget_turn(&self, wd_key: &str) {
         if let Ok(mut turns) = self.turns.lock() {
             turns.given.remove(wd_key);
         }

@@ -11,13 +11,14 @@
 pub mod cleanup;
 pub mod events;
 pub mod execute;
+pub mod know;
+pub mod memory;
 pub mod observe;
 pub mod status;
 pub mod timing;
 
-use std::collections::HashMap;
 use std::ops::ControlFlow;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::core::v1::Secret;
@@ -32,12 +33,13 @@ use crate::connections::{self, ConnKey, ConnectionStores};
 use crate::error::{Error, Result, Retry, Streak};
 use crate::events::{EventType, Recorder};
 use crate::metrics;
+use crate::observed::{DeploymentState, Observed, TargetObserved};
 use crate::plan::pace::{self, Pace};
 use crate::plan::pods::PodsSeen;
-use crate::plan::{self, Observed, Plan};
+use crate::plan::{self, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
-use crate::temporal::reads::{self as reads, Asking, Reads, Remembered};
+use crate::temporal::reads::{self as reads, Reads, Remembered};
 use crate::writes::{self, OwnWrites, Swap};
 use execute::Applied;
 use status::Outcome;
@@ -57,6 +59,10 @@ pub struct Context {
     pub stores: ConnectionStores,
     pub deployments: Scoped<crate::children::CachedDeployment>,
     pub secret_meta: Scoped<PartialObjectMeta<Secret>>,
+    /// The pods of versioned Deployments (what keeps a target's workers from being ready).
+    pub worker_pods: Scoped<crate::worker_pods::CachedPod>,
+    /// The WorkerDeployments, as the watch shows them (whether one is still there).
+    pub worker_deployments: Scoped<CachedWorkerDeployment>,
     /// WorkerResourceTemplates (one scaling the versions takes `replicas` over).
     pub templates: Scoped<twc_api::WorkerResourceTemplate>,
     pub recorder: Recorder,
@@ -68,17 +74,12 @@ pub struct Context {
     pub queue: metrics::WorkQueue,
     /// Open once every watch cache a reconcile reads has been filled.
     pub synced: Synced,
-    /// Consecutive failed reconciles per WorkerDeployment (`namespace/name`).
-    pub streaks: Mutex<HashMap<String, Streak>>,
+    /// What is remembered of each WorkerDeployment between its reconciles (`namespace/name`).
+    pub memories: memory::Memories,
     /// Status writes the watch cache has not shown yet.
     pub own: OwnWrites<WorkerDeployment>,
-    /// When each WorkerDeployment (`namespace/name`) was last warned of its client
-    /// certificate's expiry.
-    pub cert_warned: Mutex<HashMap<String, SystemTime>>,
-    /// Read budgets, listings and the last state read per WorkerDeployment.
+    /// Read budgets, listings and steady turns per Temporal namespace.
     pub reads: Reads,
-    /// What the last list of each waiting target's pods found (`namespace/name`).
-    pub pods: Mutex<HashMap<String, Box<PodsSeen>>>,
 }
 
 impl Context {
@@ -87,39 +88,39 @@ impl Context {
         &self.identity.own
     }
 
-    /// What the last list of the target's pods of `key` found.
+    /// What the last look at the target's pods of `key` found.
     fn pods_seen(&self, key: &str) -> Option<PodsSeen> {
-        self.pods.lock().ok()?.get(key).map(|p| PodsSeen::clone(p))
+        self.memories.get(key).pods
     }
 
     fn remember_pods(&self, key: String, seen: PodsSeen) {
-        if let Ok(mut pods) = self.pods.lock() {
-            pods.insert(key, Box::new(seen));
-        }
+        self.memories.update(&key, |m| m.pods = Some(seen));
     }
 
     fn forget_pods(&self, key: &str) {
-        if let Ok(mut pods) = self.pods.lock() {
-            pods.remove(key);
+        self.memories.update(key, |m| m.pods = None);
+    }
+
+    /// Forgets everything about the WorkerDeployment `key` (deleted, or being deleted).
+    pub fn forget(&self, key: &str) {
+        self.memories.forget(key);
+        self.reads.forget_turn(key);
+        if let Some((ns, name)) = key.split_once('/') {
+            metrics::global().forget_worker_deployment(ns, name);
         }
     }
 
     /// Records how a reconcile of `wd` ended; returns its failure streak, this one included.
     fn streak(&self, wd: &WorkerDeployment, error: Option<&Error>) -> Streak {
-        let Ok(mut streaks) = self.streaks.lock() else {
-            return Streak {
+        self.memories
+            .update(&key(wd), |m| {
+                m.streak = m.streak.next(error);
+                m.streak
+            })
+            .unwrap_or(Streak {
                 rate_limited: u32::MAX,
                 failed: u32::MAX,
-            };
-        };
-        let key = key(wd);
-        let next = streaks.get(&key).copied().unwrap_or_default().next(error);
-        if next == Streak::default() {
-            streaks.remove(&key);
-        } else {
-            streaks.insert(key, next);
-        }
-        next
+            })
     }
 
     pub(crate) async fn event(
@@ -161,19 +162,16 @@ async fn warn_of_certificate_expiry(
     let Some(not_after) = ctx.pool.not_after(&temporal.pool_key) else {
         return;
     };
-    let due = match ctx.cert_warned.lock() {
-        Ok(mut warned) => {
-            let k = key(wd);
-            let due = certificate_warning_due(not_after, now, warned.get(&k).copied());
-            if due {
-                warned.insert(k, now);
-            } else if not_after > now + CERT_WARNING_WINDOW {
-                warned.remove(&k);
-            }
-            due
+    let due = ctx.memories.update(&key(wd), |m| {
+        let due = certificate_warning_due(not_after, now, m.cert_warned);
+        if due {
+            m.cert_warned = Some(now);
+        } else if not_after > now + CERT_WARNING_WINDOW {
+            m.cert_warned = None;
         }
-        Err(_) => false,
-    };
+        due
+    });
+    let due = due.unwrap_or(false);
     if !due {
         return;
     }
@@ -218,10 +216,15 @@ pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -
     let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
     let result = metrics::counted(
         CONTROLLER,
-        reconcile_one(wd, template_problem, ctx, &mut phases),
+        reconcile_one(wd, template_problem, ctx.clone(), &mut phases),
         Error::reason,
     )
     .await;
+    // Deleted while this reconcile ran: what it remembered goes too (the deletion's watch
+    // event may have come first).
+    if ctx.worker_deployments.get(&ns, &name).is_none() {
+        ctx.forget(&format!("{ns}/{name}"));
+    }
     if phases.slow() {
         tracing::info!(namespace = ns, name, "slow reconcile: {}", phases.summary());
     } else {
@@ -274,12 +277,7 @@ async fn reconcile_one(
 
 /// A WorkerDeployment being deleted: clean Temporal up, or wait saying why.
 async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
-    ctx.reads.forget(&key(wd));
-    ctx.forget_pods(&key(wd));
-    if let Ok(mut warned) = ctx.cert_warned.lock() {
-        warned.remove(&key(wd));
-    }
-    metrics::global().forget_worker_deployment(&wd.namespace().unwrap_or_default(), &wd.name_any());
+    ctx.forget(&key(wd));
     match cleanup::cleanup(wd, ctx).await {
         Ok(action) => {
             ctx.streak(wd, None);
@@ -354,7 +352,7 @@ async fn roll_out(
     let requeue = match (&outcome, &pass) {
         (Outcome::Executed { .. }, Ok(p)) => p.pace.requeue,
         (Outcome::Failed { verdict, .. }, _) => {
-            ctx.reads.forget(&key(wd));
+            ctx.memories.update(&key(wd), |m| m.read = None);
             verdict.retry.after(&ctx.intervals, streak)
         }
         (Outcome::Executed { .. }, Err(_)) => ctx.intervals.moving,
@@ -410,9 +408,13 @@ struct Pass {
     pace: Pace,
 }
 
-/// Observes, plans and executes; `connection` is set as soon as the reference resolves (the
+/// One pass, top to bottom: the caches once, then how to know Temporal's state (a value,
+/// [`know::decide`]), one read if it says so, gate inputs, one plan; a plan that writes
+/// Temporal or stops workers on a state not read in this pass is made again on a fresh read
+/// (the only loop); then execute. `connection` is set as soon as the reference resolves (the
 /// status records it even if a later step fails). Breaks off, with nothing read or done, when
-/// its read at the steady priority must wait for its turn: reconcile again at that instant.
+/// its read at the steady priority must wait for its turn: reconcile again at that instant
+/// (without holding the reconcile: see [`reads::STEADY_SEATS`]).
 async fn pipeline(
     wd: &WorkerDeployment,
     ctx: &Context,
@@ -427,18 +429,77 @@ async fn pipeline(
     phases.mark("client");
     let temporal = temporal?;
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
-    let (observed, plan, fresh) =
-        match observe_and_plan(wd, ctx, &resolved, &temporal, now, phases).await? {
-            ControlFlow::Continue(planned) => planned,
-            ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
-        };
-    let gate_input = if plan.start_gates.is_empty() {
-        Ok(Default::default())
+
+    // The caches, once.
+    let mut observed = observe::kubernetes(wd, ctx, now);
+    let target = plan::target(wd, &observed.deployments).0;
+    observe::target_pods(wd, ctx, &mut observed, &target);
+    phases.mark("pods");
+
+    // How to know Temporal's state.
+    let remembered = ctx.memories.get(&key(wd)).read;
+    let listing = if know::wants_listing(remembered.as_ref(), &observed) {
+        ctx.reads.listing(&temporal.conn, &temporal.pool_key).await
     } else {
-        let input = observe::gate_inputs(wd, &plan.start_gates, &ctx.client).await;
-        phases.mark("gate input");
-        input
+        None
     };
+    phases.mark("listing");
+    let knowing = know::decide(
+        &know::Deciding {
+            remembered: remembered.as_ref(),
+            listing: listing.as_ref(),
+            snapshot: &observed,
+            target: &target,
+            pool_key: &temporal.pool_key,
+            deployment: &temporal.deployment_name,
+            now,
+        },
+        wd,
+    );
+    let read = |priority| read_state(wd, ctx, &temporal, &target, priority, now);
+    let mut fresh = !knowing.stands_in();
+    match knowing {
+        know::Knowing::Reuse { state, target } => {
+            observed.temporal = *state;
+            if let Some(t) = target {
+                observed.target = *t;
+            }
+        }
+        know::Knowing::Absent => observed.temporal = Default::default(),
+        know::Knowing::Read(priority) => match read(priority).await? {
+            ControlFlow::Continue((state, t)) => (observed.temporal, observed.target) = (state, t),
+            ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
+        },
+    }
+    phases.mark("read");
+
+    // The inputs of the gates that may start: part of the observation (a ConfigMap or Secret
+    // is read only while a gate is about to start).
+    let gate_inputs = async |observed: &Observed| {
+        let steps = plan::gates_may_start(wd, &target, observed);
+        observe::gate_inputs(wd, &steps, &ctx.client).await
+    };
+    let mut gate_input = gate_inputs(&observed).await;
+    phases.mark("gate input");
+
+    // Plan once; a destructive plan on a state not read in this pass, once more on a read.
+    let mut plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
+    if !fresh && plan.needs_fresh_state() {
+        match read(reads::priority(remembered.as_ref(), wd)).await? {
+            ControlFlow::Continue((state, t)) => (observed.temporal, observed.target) = (state, t),
+            ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
+        }
+        fresh = true;
+        gate_input = gate_inputs(&observed).await;
+        phases.mark("read");
+        plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
+    }
+    metrics::global().state_read(!fresh);
+    if plan.start_gates.is_empty() {
+        // Unreadable, an input fails only the pass that starts its gate.
+        gate_input = Ok(Default::default());
+    }
+
     let applied = execute::execute(
         ctx,
         execute::Inputs {
@@ -454,19 +515,17 @@ async fn pipeline(
     phases.mark("execute");
     let pace = pace::pace(wd, &observed, &plan, &ctx.intervals);
     if fresh && applied.error.is_none() {
-        ctx.reads.remember(
-            key(wd),
-            Remembered {
-                pool_key: temporal.pool_key.clone(),
-                generation: wd.metadata.generation,
-                target_build: plan.target_build_id.clone(),
-                target_up: plan::workers_up(&observed.deployments, &plan.target_build_id),
-                state: observed.temporal.clone(),
-                target: observed.target.clone(),
-                read_at: now,
-                reuse: pace.reuse,
-            },
-        );
+        let read = Remembered {
+            pool_key: temporal.pool_key.clone(),
+            generation: wd.metadata.generation,
+            target_build: plan.target_build_id.clone(),
+            target_up: plan::workers_up(&observed.deployments, &plan.target_build_id),
+            state: observed.temporal.clone(),
+            target: observed.target.clone(),
+            read_at: now,
+            reuse: pace.reuse,
+        };
+        ctx.memories.update(&key(wd), |m| m.read = Some(read));
     }
     Ok(ControlFlow::Continue(Box::new(Pass {
         observed,
@@ -476,110 +535,26 @@ async fn pipeline(
     })))
 }
 
-/// Observes and plans: on the last state read when nothing says it changed (see
-/// [`reads::may_reuse`]), or on the namespace's listing when it shows no such worker
-/// deployment and no workers of it are up (see [`absent_from`]), else on a new read. A plan
-/// that writes Temporal or stops workers is always made again on a new read. Returns whether
-/// the state was read in this pass, or breaks off with the instant of its turn when a read at
-/// the steady priority must wait for it (without holding the reconcile: see
-/// [`reads::STEADY_SEATS`]).
-async fn observe_and_plan(
+/// Reads the worker deployment's state and what the planner needs about `target`, once the
+/// namespace's budget grants it at `priority`; breaks off with the instant of its turn when a
+/// steady read must wait for it.
+async fn read_state(
     wd: &WorkerDeployment,
     ctx: &Context,
-    resolved: &connections::Resolved,
     temporal: &observe::Temporal,
+    target: &str,
+    priority: reads::Priority,
     now: SystemTime,
-    phases: &mut Phases,
-) -> Result<ControlFlow<std::time::Instant, (Observed, Plan, bool)>> {
-    let first = observe::kubernetes(wd, ctx, now);
-    let target = plan::target(wd, &first.deployments).0;
-    let remembered = ctx.reads.recall(&key(wd));
-    let reusable = remembered
-        .as_ref()
-        .filter(|r| matches!(r.reuse, pace::Reuse::Until(_)));
-    let listing = if reusable.is_some() || !any_workers_up(&first) {
-        ctx.reads.listing(&temporal.conn, &temporal.pool_key).await
-    } else {
-        None
-    };
-    phases.mark("listing");
-    let stand_in = match reusable {
-        Some(r)
-            if reads::may_reuse(
-                r,
-                &Asking {
-                    pool_key: &temporal.pool_key,
-                    target_build: &target,
-                    target_up: plan::workers_up(&first.deployments, &target),
-                    now,
-                },
-                listing.as_ref(),
-                &temporal.deployment_name,
-            ) =>
-        {
-            let same_target = r.target_build == target;
-            Some((r.state.clone(), same_target.then(|| r.target.clone())))
-        }
-        _ => None,
-    };
-    // The caches again, after the waits above: the plan acts on the Kubernetes state as it is
-    // now (a scaler that appeared, replicas someone else set), not as it was before the reads.
-    let mut observed = observe::kubernetes(wd, ctx, now);
-    let stand_in = stand_in.or_else(|| {
-        absent_from(listing.as_ref(), &temporal.deployment_name, &observed)
-            .then(|| (crate::temporal::DeploymentState::default(), None))
-    });
-    observe::target_pods(wd, ctx, &mut observed, &target).await;
-    phases.mark("pods");
-    if let Some((state, target_observed)) = stand_in {
-        observed.temporal = state;
-        if let Some(t) = target_observed {
-            observed.target = t;
-        }
-        let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
-        if !plan.needs_fresh_state() {
-            metrics::global().state_read(true);
-            return Ok(ControlFlow::Continue((observed, plan, false)));
-        }
-    }
-    let priority = reads::priority(remembered.as_ref(), wd);
+) -> Result<ControlFlow<std::time::Instant, (DeploymentState, TargetObserved)>> {
     let granted = ctx
         .reads
         .grant(&key(wd), &temporal.pool_key, priority)
         .await;
-    phases.mark("budget");
     if let ControlFlow::Break(at) = granted {
         return Ok(ControlFlow::Break(at));
     }
-    let read = observe::read_temporal(wd, ctx, temporal, &target, priority, now, phases).await;
-    phases.mark("read");
-    let (state, target_observed) = read?;
-    metrics::global().state_read(false);
-    // The caches again after the read; the pods' troubles stand.
-    let again = observe::kubernetes(wd, ctx, now);
-    observed.deployments = again.deployments;
-    observed.autoscaled = again.autoscaled;
-    observed.temporal = state;
-    observed.target = target_observed;
-    let plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
-    Ok(ControlFlow::Continue((observed, plan, true)))
-}
-
-/// Whether any versioned Deployment of the observed ones has its workers up.
-fn any_workers_up(observed: &Observed) -> bool {
-    observed
-        .deployments
-        .keys()
-        .any(|b| plan::workers_up(&observed.deployments, b))
-}
-
-/// Whether the worker deployment `name` is known not to exist: the namespace's listing does
-/// not show it, and none of its versions' workers are up (only their pollers would make it
-/// since the listing). Then it reads as a describe answering `NotFound` would, with no read:
-/// a new WorkerDeployment gets its first Deployment, and thousands whose pods never start
-/// wait, without a read each.
-fn absent_from(listing: Option<&reads::Listing>, name: &str, observed: &Observed) -> bool {
-    listing.is_some_and(|l| !l.deployments.contains_key(name)) && !any_workers_up(observed)
+    let read = observe::read_temporal(wd, ctx, temporal, target, priority, now).await?;
+    Ok(ControlFlow::Continue(read))
 }
 
 /// Records the versions by status and the ramp of a WorkerDeployment's new status.
@@ -602,48 +577,6 @@ fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn only_a_listing_without_it_and_no_workers_up_stand_for_not_found() {
-        use crate::plan::ObservedDeployment;
-        let listing = |names: &[&str]| reads::Listing {
-            at: SystemTime::UNIX_EPOCH,
-            deployments: Arc::new(
-                names
-                    .iter()
-                    .map(|n| (n.to_string(), Default::default()))
-                    .collect(),
-            ),
-        };
-        let mut observed = Observed::at(SystemTime::UNIX_EPOCH);
-        // Its Deployment is there, its pods are not ready.
-        observed.deployments.insert(
-            "b1".into(),
-            ObservedDeployment {
-                build_id: "b1".into(),
-                spec_replicas: Some(1),
-                replicas: 1,
-                ..Default::default()
-            },
-        );
-        assert!(absent_from(
-            Some(&listing(&["ns/other"])),
-            "ns/wd",
-            &observed
-        ));
-        assert!(!absent_from(Some(&listing(&["ns/wd"])), "ns/wd", &observed));
-        assert!(!absent_from(None, "ns/wd", &observed), "no listing: read");
-        // Its workers are up: their pollers may have made it since the listing.
-        if let Some(d) = observed.deployments.get_mut("b1") {
-            d.ready_replicas = 1;
-            d.available_since = Some(SystemTime::UNIX_EPOCH);
-        }
-        assert!(!absent_from(
-            Some(&listing(&["ns/other"])),
-            "ns/wd",
-            &observed
-        ));
-    }
 
     #[test]
     fn an_expiring_certificate_is_warned_of_once_a_day() {

@@ -7,9 +7,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::future::Future;
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
 use kube::ResourceExt;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use temporalio_client::Connection as TemporalConnection;
 use twc_api::{WorkerDeployment, WorkflowExecution};
 
@@ -17,7 +17,7 @@ use super::Context;
 use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::pods::PodsSeen;
-use crate::plan::{self, Observed, PodTrouble, TargetObserved, build_id};
+use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 use crate::temporal::reads::Priority;
@@ -94,16 +94,11 @@ pub fn kubernetes(wd: &WorkerDeployment, ctx: &Context, now: SystemTime) -> Obse
     }
 }
 
-/// The target's containers that are not ready, with the kubelet's reasons: looked at only
-/// while the target's Deployment has fewer ready pods than it wants, and listed again only
-/// when [`plan::pods::due`] (a failed list reads as no trouble: the rollout still waits, only
-/// less is said). The list is served from the apiserver's watch cache.
-pub async fn target_pods(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    observed: &mut Observed,
-    target: &str,
-) {
+/// The target's containers that are not ready, with the kubelet's reasons, from the pods'
+/// watch cache: looked at only while the target's Deployment has fewer ready pods than it
+/// wants, and looked at again only when [`plan::pods::due`] (the troubles found stand until
+/// then, so that the pace of a waiting WorkerDeployment's reconciles stays the same).
+pub fn target_pods(wd: &WorkerDeployment, ctx: &Context, observed: &mut Observed, target: &str) {
     let key = super::key(wd);
     let Some(d) = observed.deployments.get(target).filter(|d| {
         let wanted = d.spec_replicas.unwrap_or(d.replicas);
@@ -119,92 +114,11 @@ pub async fn target_pods(
         return;
     }
     let ns = wd.namespace().unwrap_or_default();
-    let selector = plan::deployment::selector_labels(&wd.name_any(), target)
-        .into_iter()
-        .map(|(k, v)| format!("{k}={v}"))
-        .collect::<Vec<_>>()
-        .join(",");
-    let api: Api<Pod> = Api::namespaced(ctx.client.clone(), &ns);
-    let listed = api
-        .list(&ListParams::default().labels(&selector).match_any())
-        .await;
-    match listed {
-        Ok(pods) => {
-            let troubles: Vec<PodTrouble> = pods.items.iter().flat_map(troubles).collect();
-            let next = plan::pods::after_list(seen.as_ref(), target, d, troubles, observed.now);
-            observed.target_pods = next.troubles.clone();
-            observed.pods_due = Some(next.due_at());
-            ctx.remember_pods(key, next);
-        }
-        Err(e) => tracing::debug!(namespace = ns, "cannot list the target's pods: {e}"),
-    }
-}
-
-/// What keeps `pod`'s containers from being ready.
-/// The kubelet's reason for a container it restarts after a back-off.
-const CRASH_LOOP_BACK_OFF: &str = "CrashLoopBackOff";
-
-/// The target's containers that are not ready, and why, as the kubelet reports them.
-fn troubles(pod: &Pod) -> Vec<PodTrouble> {
-    let name = pod.name_any();
-    let Some(status) = pod.status.as_ref() else {
-        return Vec::new();
-    };
-    let deleting = pod.metadata.deletion_timestamp.is_some();
-    let mut out = Vec::new();
-    let containers = status
-        .init_container_statuses
-        .iter()
-        .flatten()
-        .chain(status.container_statuses.iter().flatten());
-    for c in containers.filter(|c| !c.ready) {
-        let state = c.state.as_ref();
-        let (reason, message) = if let Some(w) = state.and_then(|s| s.waiting.as_ref()) {
-            (w.reason.clone(), w.message.clone())
-        } else if let Some(t) = state.and_then(|s| s.terminated.as_ref()) {
-            if c.restart_count > 0 && !deleting {
-                // Between two restarts the kubelet (1.35, seen on the real node) may report a
-                // container that keeps exiting as `terminated` rather than `waiting:
-                // CrashLoopBackOff`, while it holds the restart back: the same crash loop.
-                (
-                    Some(CRASH_LOOP_BACK_OFF.to_string()),
-                    Some(format!(
-                        "exited with code {} ({}), restarted after a back-off",
-                        t.exit_code,
-                        t.reason.as_deref().unwrap_or("no reason")
-                    )),
-                )
-            } else {
-                (t.reason.clone(), Some(format!("exit code {}", t.exit_code)))
-            }
-        } else {
-            (None, None)
-        };
-        let Some(reason) = reason else { continue };
-        out.push(PodTrouble {
-            pod: name.clone(),
-            container: c.name.clone(),
-            reason,
-            message: message.unwrap_or_default(),
-            restarts: c.restart_count,
-        });
-    }
-    if out.is_empty()
-        && let Some(c) = status
-            .conditions
-            .iter()
-            .flatten()
-            .find(|c| c.type_ == "PodScheduled" && c.status == "False")
-    {
-        out.push(PodTrouble {
-            pod: name,
-            container: String::new(),
-            reason: c.reason.clone().unwrap_or_else(|| "Unschedulable".into()),
-            message: c.message.clone().unwrap_or_default(),
-            restarts: 0,
-        });
-    }
-    out
+    let troubles = crate::worker_pods::troubles_of(&ctx.worker_pods, &ns, &wd.name_any(), target);
+    let next = plan::pods::after_list(seen.as_ref(), target, d, troubles, observed.now);
+    observed.target_pods = next.troubles.clone();
+    observed.pods_due = Some(next.due_at());
+    ctx.remember_pods(key, next);
 }
 
 /// Reads the worker deployment's state and what the planner needs about `target_build`: the
@@ -218,7 +132,6 @@ pub async fn read_temporal(
     target_build: &str,
     priority: Priority,
     now: SystemTime,
-    phases: &mut super::timing::Phases,
 ) -> Result<(DeploymentState, TargetObserved)> {
     // The version only names the server in messages: what decides is whether its Worker
     // Deployment calls answer `Unimplemented` (a managed service may report a version that
@@ -226,7 +139,6 @@ pub async fn read_temporal(
     let server_version = temporal.server_version.as_deref();
     let target = temporal.target(wd, ctx.identity());
     let described = target.describe().await;
-    phases.mark("describe");
     let state = match described {
         Ok(s) => s,
         Err(status) => {
@@ -244,7 +156,6 @@ pub async fn read_temporal(
     let needs = plan::needs(wd, target_build, &state);
     if needs.task_queues {
         ctx.reads.take(&temporal.pool_key, priority).await;
-        phases.mark("budget");
     }
     let mut target_observed = target_version(wd, needs, &target, target_build).await?;
     let promoted = plan::promoted_window(wd, target_build, &state, now);
@@ -375,16 +286,15 @@ where
     Some(true)
 }
 
-/// The inputs of the gates `starts` start, by step (None: the gate before traffic); a gate
+/// The inputs of the gates of `steps`, by step (None: the gate before traffic); a gate
 /// without input has none here.
 pub async fn gate_inputs(
     wd: &WorkerDeployment,
-    starts: &[plan::GateStart],
+    steps: &BTreeSet<Option<usize>>,
     client: &kube::Client,
 ) -> Result<BTreeMap<Option<usize>, GateInput>> {
-    let steps: BTreeSet<Option<usize>> = starts.iter().map(|s| s.step).collect();
     let mut out = BTreeMap::new();
-    for step in steps {
+    for &step in steps {
         if let Some(input) = gate_input(wd, step, client).await? {
             out.insert(step, input);
         }
@@ -491,47 +401,6 @@ mod tests {
                 workflow: true,
             })
             .collect()
-    }
-
-    fn pod(deleting: bool, restarts: i32, state: serde_json::Value) -> Pod {
-        let mut meta = serde_json::json!({"name": "p"});
-        if deleting {
-            meta["deletionTimestamp"] = "2026-12-03T10:48:19Z".into();
-        }
-        serde_json::from_value(serde_json::json!({
-            "metadata": meta,
-            "status": {"containerStatuses": [{
-                "name": "worker", "image": "w", "imageID": "", "ready": false,
-                "restartCount": restarts, "state": state,
-            }]}
-        }))
-        .unwrap_or_else(|e| panic!("{e}"))
-    }
-
-    #[test]
-    fn a_container_that_keeps_exiting_is_a_crash_loop_in_either_of_the_kubelets_shapes() {
-        let waiting = serde_json::json!({"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 40s"}});
-        // As the kubelet 1.35 on the real node reports it between restarts.
-        let terminated = serde_json::json!({"terminated": {
-            "exitCode": 1, "reason": "Error", "finishedAt": "2026-12-03T10:48:19Z"}});
-        for state in [waiting, terminated.clone()] {
-            let t = troubles(&pod(false, 3, state));
-            assert_eq!(t.len(), 1);
-            assert_eq!(t[0].reason, "CrashLoopBackOff");
-            assert_eq!(t[0].restarts, 3);
-        }
-        let t = troubles(&pod(false, 3, terminated.clone()));
-        assert!(
-            t[0].message.contains("exited with code 1 (Error)"),
-            "{}",
-            t[0].message
-        );
-        // Never restarted, or stopping with its pod: an exit, not a loop.
-        assert_eq!(
-            troubles(&pod(false, 0, terminated.clone()))[0].reason,
-            "Error"
-        );
-        assert_eq!(troubles(&pod(true, 3, terminated))[0].reason, "Error");
     }
 
     #[test]

@@ -1,0 +1,144 @@
+//! How a pass knows Temporal's state: a pure decision from the remembered read, the
+//! namespace's listing and the snapshot of the caches. The reconcile acts on its answer (see
+//! [`super::pipeline`]); the read itself, and the wait for the budget, are the only IO.
+
+use std::time::SystemTime;
+
+use crate::observed::{DeploymentState, Observed, Reuse, TargetObserved};
+use crate::plan;
+use crate::temporal::pool::PoolKey;
+use crate::temporal::reads::{self, Asking, Listing, Priority, Remembered};
+
+/// How this pass knows the worker deployment's state in Temporal.
+#[derive(Debug, PartialEq)]
+pub enum Knowing {
+    /// The last state read stands in (see [`reads::may_reuse`]); with what was read about the
+    /// target when the target is the same.
+    Reuse {
+        state: Box<DeploymentState>,
+        target: Option<Box<TargetObserved>>,
+    },
+    /// The namespace's listing shows no such worker deployment and none of its versions'
+    /// workers are up: it reads as a describe answering `NotFound` would, with no read.
+    Absent,
+    /// Read it now, at this priority (a steady read may have to wait for its turn).
+    Read(Priority),
+}
+
+impl Knowing {
+    /// Whether the state was not read in this pass (a plan that writes Temporal or stops
+    /// workers is then made again on a read).
+    pub fn stands_in(&self) -> bool {
+        !matches!(self, Knowing::Read(_))
+    }
+}
+
+/// What a pass holds when it decides.
+pub struct Deciding<'a> {
+    pub remembered: Option<&'a Remembered>,
+    pub listing: Option<&'a Listing>,
+    pub snapshot: &'a Observed,
+    pub target: &'a str,
+    pub pool_key: &'a PoolKey,
+    /// The Temporal worker deployment's name.
+    pub deployment: &'a str,
+    pub now: SystemTime,
+}
+
+/// Whether the decision needs the namespace's listing: to reuse a remembered state, or to
+/// know a worker deployment none of whose workers are up is absent.
+pub fn wants_listing(remembered: Option<&Remembered>, snapshot: &Observed) -> bool {
+    remembered.is_some_and(|r| matches!(r.reuse, Reuse::Until(_))) || !any_workers_up(snapshot)
+}
+
+/// How to know the state: reuse the remembered read when nothing says it changed, take it as
+/// absent when the listing says so, else read it (at the priority `wd`'s last read or status
+/// gives).
+pub fn decide(d: &Deciding<'_>, wd: &twc_api::WorkerDeployment) -> Knowing {
+    let reusable = d.remembered.filter(|r| matches!(r.reuse, Reuse::Until(_)));
+    if let Some(r) = reusable {
+        let asking = Asking {
+            pool_key: d.pool_key,
+            target_build: d.target,
+            target_up: plan::workers_up(&d.snapshot.deployments, d.target),
+            now: d.now,
+        };
+        if reads::may_reuse(r, &asking, d.listing, d.deployment) {
+            return Knowing::Reuse {
+                state: Box::new(r.state.clone()),
+                target: (r.target_build == d.target).then(|| Box::new(r.target.clone())),
+            };
+        }
+    }
+    if absent_from(d.listing, d.deployment, d.snapshot) {
+        return Knowing::Absent;
+    }
+    Knowing::Read(reads::priority(d.remembered, wd))
+}
+
+/// Whether any versioned Deployment of the observed ones has its workers up.
+fn any_workers_up(observed: &Observed) -> bool {
+    observed
+        .deployments
+        .keys()
+        .any(|b| plan::workers_up(&observed.deployments, b))
+}
+
+/// Whether the worker deployment `name` is known not to exist: the namespace's listing does
+/// not show it, and none of its versions' workers are up (only their pollers would make it
+/// since the listing). Then a new WorkerDeployment gets its first Deployment, and thousands
+/// whose pods never start wait, without a read each.
+fn absent_from(listing: Option<&Listing>, name: &str, observed: &Observed) -> bool {
+    listing.is_some_and(|l| !l.deployments.contains_key(name)) && !any_workers_up(observed)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::observed::ObservedDeployment;
+
+    #[test]
+    fn only_a_listing_without_it_and_no_workers_up_stand_for_not_found() {
+        let listing = |names: &[&str]| Listing {
+            at: SystemTime::UNIX_EPOCH,
+            deployments: Arc::new(
+                names
+                    .iter()
+                    .map(|n| (n.to_string(), Default::default()))
+                    .collect(),
+            ),
+        };
+        let mut observed = Observed::at(SystemTime::UNIX_EPOCH);
+        // Its Deployment is there, its pods are not ready.
+        observed.deployments.insert(
+            "b1".into(),
+            ObservedDeployment {
+                build_id: "b1".into(),
+                spec_replicas: Some(1),
+                replicas: 1,
+                ..Default::default()
+            },
+        );
+        assert!(absent_from(
+            Some(&listing(&["ns/other"])),
+            "ns/wd",
+            &observed
+        ));
+        assert!(!absent_from(Some(&listing(&["ns/wd"])), "ns/wd", &observed));
+        assert!(!absent_from(None, "ns/wd", &observed), "no listing: read");
+        assert!(wants_listing(None, &observed), "to know it absent");
+        // Its workers are up: their pollers may have made it since the listing.
+        if let Some(d) = observed.deployments.get_mut("b1") {
+            d.ready_replicas = 1;
+            d.available_since = Some(SystemTime::UNIX_EPOCH);
+        }
+        assert!(!absent_from(
+            Some(&listing(&["ns/other"])),
+            "ns/wd",
+            &observed
+        ));
+        assert!(!wants_listing(None, &observed), "nothing to reuse: read");
+    }
+}
