@@ -3,27 +3,27 @@
 
 pub mod build_id;
 pub mod deployment;
+mod gates;
 pub mod guard;
 pub mod pace;
 pub mod pods;
+mod rollback;
+mod routing;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::ResourceExt;
-use twc_api::{
-    ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment, WorkflowExecution,
-    WorkflowExecutionStatus,
-};
+use twc_api::{ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment};
 
-use crate::config::{Identity, Limits, Manager};
-use crate::temporal::gates::{gate_workflow_id, step_gate_workflow_id};
+use crate::config::{Identity, Limits};
 
 pub use crate::observed::{
     Counted, DeploymentState, Observed, ObservedDeployment, PodTrouble, StepGates, TargetObserved,
     TaskQueueRef,
 };
+pub use gates::{failed_step_gate, gates_may_start, retry_token, step_gate_id};
+pub use routing::{step_index, workers_up};
 
 /// Which extra reads the planner needs about the target version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -102,25 +102,6 @@ pub struct GateStart {
     /// The ramp step whose gate it is (`steps[step].gate`); None for the gate before any
     /// traffic (`rollout.gate`).
     pub step: Option<usize>,
-}
-
-/// The `temporal.io/retry` value set on `wd`, if any: it names the step gates' runs, so that
-/// a retry runs them again.
-pub fn retry_token(wd: &WorkerDeployment) -> Option<String> {
-    guard::control_value(wd, twc_api::controls::RETRY)
-}
-
-/// The workflow ID of `target`'s gate of ramp step `step` on `task_queue`.
-pub fn step_gate_id(wd: &WorkerDeployment, target: &str, task_queue: &str, step: usize) -> String {
-    let deployment_name =
-        build_id::temporal_deployment_name(&wd.namespace().unwrap_or_default(), &wd.name_any());
-    step_gate_workflow_id(
-        &deployment_name,
-        target,
-        task_queue,
-        step,
-        retry_token(wd).as_deref(),
-    )
 }
 
 /// A change to Temporal's routing.
@@ -327,34 +308,81 @@ pub fn plan_with(
     observed: &Observed,
     limits: &Limits,
 ) -> Plan {
-    let now = observed.now;
-    let spec = &wd.spec;
-    let state = &observed.temporal;
     let (target, collisions) = self::target(wd, &observed.deployments);
     let mut plan = Plan {
         target_build_id: target.clone(),
         collision_count: collisions,
         ..Default::default()
     };
-
-    // The target's Deployment: create it, or re-apply it if its template or connection drifted.
-    let mut desired = deployment::versioned_deployment(wd, &target, conn);
     // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
     let replicas = if observed.autoscaled {
-        if let Some(s) = desired.spec.as_mut() {
-            s.replicas = None;
-        }
         None
     } else {
-        spec.replicas
+        wd.spec.replicas
     };
     let desired_conn_hash = deployment::connection_hash(conn);
+
+    target_deployment(
+        wd,
+        conn,
+        observed,
+        limits,
+        &target,
+        &desired_conn_hash,
+        &mut plan,
+    );
+    scale_and_sunset(
+        wd,
+        observed,
+        &target,
+        replicas,
+        &desired_conn_hash,
+        &mut plan,
+    );
+    reconnect_older_versions(observed, &target, &desired_conn_hash, &mut plan);
+    delete_drained_versions(observed, &target, &mut plan);
+
+    let guard = guard::assess(wd, &target, observed);
+    if let Some(at) = guard.deadline_at {
+        plan.wake(at);
+    }
+    plan.target_since = Some(guard.target_since);
+    plan.waiting = guard.waiting.clone();
+    plan.controls = guard.acted.clone();
+    plan.analysis = guard.analysis.clone();
+    if let Some(at) = guard.analysis_at {
+        plan.wake(at);
+    }
+    routing::route(wd, identity, observed, limits, &target, guard, &mut plan);
+    plan
+}
+
+/// The target's Deployment: create it, or re-apply it if its template or connection drifted.
+/// Not created while too many versions cannot be deleted (`plan.blocked` says so).
+fn target_deployment(
+    wd: &WorkerDeployment,
+    conn: &ConnectionSpec,
+    observed: &Observed,
+    limits: &Limits,
+    target: &str,
+    desired_conn_hash: &str,
+    plan: &mut Plan,
+) {
+    let spec = &wd.spec;
+    let state = &observed.temporal;
+    let mut desired = deployment::versioned_deployment(wd, target, conn);
+    // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
+    if observed.autoscaled
+        && let Some(s) = desired.spec.as_mut()
+    {
+        s.replicas = None;
+    }
     let desired_digest = build_id::template_digest(&spec.template);
-    match observed.deployments.get(&target) {
+    match observed.deployments.get(target) {
         None => {
-            let undeletable = undeletable_versions(observed, &target);
+            let undeletable = undeletable_versions(observed, target);
             if undeletable.len() >= limits.max_undeletable_versions
-                && !state.versions.contains_key(&target)
+                && !state.versions.contains_key(target)
             {
                 let shown: Vec<&str> = undeletable.iter().take(10).map(String::as_str).collect();
                 plan.blocked = Some(format!(
@@ -375,7 +403,7 @@ pub fn plan_with(
         Some(d) => {
             let custom = spec.worker_options.unsafe_custom_build_id.is_some();
             let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
-            let conn_drift = d.connection_hash.as_deref() != Some(&desired_conn_hash);
+            let conn_drift = d.connection_hash.as_deref() != Some(desired_conn_hash);
             // The target follows the spec to a new Temporal namespace (older versions stay).
             let moved = d
                 .temporal_namespace
@@ -386,13 +414,25 @@ pub fn plan_with(
             }
         }
     }
+}
 
+/// Scaling and sunset, per version with a Deployment.
+fn scale_and_sunset(
+    wd: &WorkerDeployment,
+    observed: &Observed,
+    target: &str,
+    replicas: Option<i32>,
+    desired_conn_hash: &str,
+    plan: &mut Plan,
+) {
+    let now = observed.now;
+    let spec = &wd.spec;
+    let state = &observed.temporal;
     let current = state.current_build_id.clone();
     let scaledown = parse_delay(&spec.sunset.scaledown_delay, Duration::from_secs(3600));
     let delete_after =
         scaledown + parse_delay(&spec.sunset.delete_delay, Duration::from_secs(86400));
 
-    // Scaling and sunset, per version with a Deployment.
     for (build, d) in &observed.deployments {
         let status = status_of(state, build);
         let is_target = *build == target;
@@ -430,7 +470,7 @@ pub fn plan_with(
                 }
             }
             VersionStatus::NotRegistered => {
-                let here = d.connection_hash.as_deref() == Some(&desired_conn_hash);
+                let here = d.connection_hash.as_deref() == Some(desired_conn_hash);
                 if d.ready_replicas == 0 && here {
                     // No worker up, and they would poll where the controller looks: it never
                     // polled, or the server deleted it (Drained, no pollers) to make room.
@@ -482,6 +522,16 @@ pub fn plan_with(
             }
         }
     }
+}
+
+/// Older versions that follow a connection change.
+fn reconnect_older_versions(
+    observed: &Observed,
+    target: &str,
+    desired_conn_hash: &str,
+    plan: &mut Plan,
+) {
+    let state = &observed.temporal;
     // Older versions still running on a previous connection follow it (their workers must
     // keep reaching Temporal while pinned workflows finish); scaled-down ones wait until they
     // are needed again. Only versions Temporal lists through the new connection: one it does
@@ -490,7 +540,7 @@ pub fn plan_with(
         if *build != target
             && status_of(state, build) != VersionStatus::NotRegistered
             && !plan.kept.iter().any(|k| k.build_id == *build)
-            && d.connection_hash.as_deref() != Some(&desired_conn_hash)
+            && d.connection_hash.as_deref() != Some(desired_conn_hash)
             && d.spec_replicas != Some(0)
             && !plan.delete_deployments.contains(&d.name)
             && !plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0)
@@ -498,6 +548,12 @@ pub fn plan_with(
             plan.reconnect.push(build.clone());
         }
     }
+}
+
+/// The Temporal versions to delete whose Deployment is already gone.
+fn delete_drained_versions(observed: &Observed, target: &str, plan: &mut Plan) {
+    let state = &observed.temporal;
+    let current = state.current_build_id.clone();
     // Drained Temporal versions whose Deployment is already gone: remove the version record.
     for (build, v) in &state.versions {
         let routed = current.as_deref() == Some(build.as_str())
@@ -512,135 +568,6 @@ pub fn plan_with(
     }
     plan.delete_versions.sort();
     plan.delete_versions.dedup();
-
-    let window = limits.rollback_window;
-    let guard = guard::assess(wd, &target, observed);
-    if let Some(at) = guard.deadline_at {
-        plan.wake(at);
-    }
-    plan.target_since = Some(guard.target_since);
-    plan.waiting = guard.waiting.clone();
-    plan.controls = guard.acted.clone();
-    plan.analysis = guard.analysis.clone();
-    if let Some(at) = guard.analysis_at {
-        plan.wake(at);
-    }
-    let controls = &guard.controls;
-    let up = workers_up(&observed.deployments, &target);
-    if let Some(mut failure) = guard.failure {
-        // No new work to a failed build; what reached it goes back.
-        let back = roll_back(wd, &failure, &target, observed);
-        plan.routing = by_manager(back, identity, state, &mut plan);
-        if plan.routing.is_some() {
-            failure.rolled_back = true;
-        } else if plan.blocked.is_none() && gives_current_back(&failure, state, &target) {
-            failure.message.push_str(
-                "; no earlier version with running workers to route new workflows back to, so they stay on it",
-            );
-        }
-        plan.failure = Some(failure);
-    } else if controls.promote.as_deref() == Some(target.as_str())
-        && state.current_build_id.as_deref() != Some(target.as_str())
-        && status_of(state, &target) != VersionStatus::NotRegistered
-        && up
-    {
-        // Promoted on request: now, skipping the remaining steps (and a gate still running).
-        let promote = Some(Routing::SetCurrent(target.clone()));
-        plan.routing = by_manager(promote, identity, state, &mut plan);
-        if plan.routing.is_some() {
-            plan.controls.promoted_build_id = Some(target.clone());
-        }
-    } else {
-        plan.start_gates = gate_starts(wd, &target, observed, now, window);
-        let change = routing(wd, &target, observed, (now, window), &mut plan);
-        // Paused: only a stale ramp is cleared (the target is already current).
-        let change = change.filter(|c| !controls.paused || *c == Routing::ClearRamp);
-        plan.routing = by_manager(change, identity, state, &mut plan);
-    }
-    // No manager yet, TWC's deprecated default or an identity named for takeover: claimed
-    // before the routing change.
-    plan.claim_manager =
-        plan.routing.is_some() && identity.manager(&state.manager_identity) == Manager::Claimable;
-    plan
-}
-
-/// Gate workflows to start: one per workflow task queue of a registered, not yet current
-/// target that has none yet (not for a rollback, which skips the gate).
-fn gate_starts(
-    wd: &WorkerDeployment,
-    target: &str,
-    observed: &Observed,
-    now: SystemTime,
-    window: Duration,
-) -> Vec<GateStart> {
-    let state = &observed.temporal;
-    if wd.spec.rollout.gate.is_none()
-        || !needs(wd, target, state).gates
-        || is_rollback(state, target, now, window)
-    {
-        return Vec::new();
-    }
-    let deployment_name =
-        build_id::temporal_deployment_name(&wd.namespace().unwrap_or_default(), &wd.name_any());
-    observed
-        .target
-        .task_queues
-        .iter()
-        .filter(|q| q.workflow)
-        .filter(|q| !observed.target.gates.iter().any(|g| g.task_queue == q.name))
-        .map(|q| GateStart {
-            workflow_id: gate_workflow_id(&deployment_name, target, &q.name),
-            task_queue: q.name.clone(),
-            step: None,
-        })
-        .collect()
-}
-
-/// The gates whose input a pass reads before planning, by step (None: the gate before
-/// traffic): those configured whose runs are not all there on the target's workflow task
-/// queues while the planner would look at them. A superset of what the plan starts (it may
-/// hold a gate back: a rollback, a step still paused).
-pub fn gates_may_start(
-    wd: &WorkerDeployment,
-    target: &str,
-    observed: &Observed,
-) -> std::collections::BTreeSet<Option<usize>> {
-    let needs = needs(wd, target, &observed.temporal);
-    let queues: Vec<&TaskQueueRef> = observed
-        .target
-        .task_queues
-        .iter()
-        .filter(|q| q.workflow)
-        .collect();
-    let mut out = std::collections::BTreeSet::new();
-    if wd.spec.rollout.gate.is_some()
-        && needs.gates
-        && queues
-            .iter()
-            .any(|q| !observed.target.gates.iter().any(|g| g.task_queue == q.name))
-    {
-        out.insert(None);
-    }
-    if let Some(step) = needs.step_gate
-        && wd
-            .spec
-            .rollout
-            .steps
-            .get(step)
-            .is_some_and(|s| s.gate.is_some())
-    {
-        let runs = match &observed.target.step_gates {
-            Some(g) if g.step == step => g.runs.as_slice(),
-            _ => &[],
-        };
-        if queues.iter().any(|q| {
-            let id = step_gate_id(wd, target, &q.name, step);
-            !runs.iter().any(|r| r.workflow_id == id)
-        }) {
-            out.insert(Some(step));
-        }
-    }
-    out
 }
 
 /// Versions Temporal cannot delete to make room: anything but Drained, or Drained with running
@@ -657,356 +584,6 @@ fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
         })
         .map(|(b, _)| b.clone())
         .collect()
-}
-
-/// The routing that takes new work away from failed `target`: its ramp cleared; an aborted
-/// (or analysis-failed) current version replaced by the one current before it. Under
-/// Manual, only an abort.
-fn roll_back(
-    wd: &WorkerDeployment,
-    failure: &guard::Failure,
-    target: &str,
-    observed: &Observed,
-) -> Option<Routing> {
-    let state = &observed.temporal;
-    if wd.spec.rollout.strategy == RolloutStrategyKind::Manual
-        && !(failure.new && failure.reason == twc_api::conditions::ABORTED)
-    {
-        // Manual routing is a person's: only their abort changes it.
-        return None;
-    }
-    if state.ramping_build_id.as_deref() == Some(target) {
-        return Some(Routing::ClearRamp);
-    }
-    if gives_current_back(failure, state, target) {
-        return guard::previous_current(observed, target).map(Routing::SetCurrent);
-    }
-    None
-}
-
-/// Whether failed `target` is current and should give its place back: aborted, or judged
-/// bad by its analysis after promotion, in this reconcile.
-fn gives_current_back(failure: &guard::Failure, state: &DeploymentState, target: &str) -> bool {
-    failure.new
-        && matches!(
-            failure.reason,
-            twc_api::conditions::ABORTED | twc_api::conditions::ANALYSIS_FAILED
-        )
-        && state.current_build_id.as_deref() == Some(target)
-}
-
-/// `change`, unless another manager identity holds the routing (then None, and why).
-fn by_manager(
-    change: Option<Routing>,
-    identity: &Identity,
-    state: &DeploymentState,
-    plan: &mut Plan,
-) -> Option<Routing> {
-    let manager = &state.manager_identity;
-    if change.is_some() && identity.manager(manager) == Manager::Foreign {
-        let own = &identity.own;
-        plan.blocked = Some(format!(
-            "routing is managed by {manager:?}; the controller ({own}) will not change it until that manager identity is removed or named with --take-over-identity"
-        ));
-        return None;
-    }
-    change
-}
-
-fn routing(
-    wd: &WorkerDeployment,
-    target: &str,
-    observed: &Observed,
-    (now, window): (SystemTime, Duration),
-    plan: &mut Plan,
-) -> Option<Routing> {
-    let state = &observed.temporal;
-    let rollout = &wd.spec.rollout;
-    if rollout.strategy == RolloutStrategyKind::Manual {
-        // Manual never routes, but whoever promotes by hand should see that the gate failed.
-        if rollout.gate.is_some()
-            && let Gate::Failed(why) = gate_verdict(target, &observed.target)
-        {
-            plan.blocked = Some(why);
-        }
-        return None;
-    }
-    let target_status = status_of(state, target);
-    if target_status == VersionStatus::NotRegistered {
-        return None;
-    }
-    // New work only to a version whose workers are up: Available alone is not enough (a
-    // Deployment scaled to zero is Available with no pod, and a rollback scales it up in the
-    // same reconcile).
-    if !workers_up(&observed.deployments, target) {
-        return None;
-    }
-    if state.current_build_id.as_deref() == Some(target) {
-        state
-            .ramping_build_id
-            .is_some()
-            .then_some(Routing::ClearRamp)
-    } else if is_rollback(state, target, now, window) {
-        // Back to a version that was current recently: at once, without a gate.
-        Some(Routing::SetCurrent(target.to_string()))
-    } else {
-        if rollout.gate.is_some() {
-            match gate_verdict(target, &observed.target) {
-                Gate::Passed => {}
-                Gate::Pending => return None,
-                Gate::Failed(why) => {
-                    plan.blocked = Some(why);
-                    return None;
-                }
-            }
-        }
-        match (rollout.strategy, state.current_build_id.is_some()) {
-            // The first version, from unversioned workers: ramp only if every task queue still
-            // has unversioned pollers to take the rest, else all new workflows would go to
-            // nobody. Once it ramps, it walks the steps.
-            (RolloutStrategyKind::Progressive, false)
-                if state.ramping_build_id.as_deref() == Some(target) =>
-            {
-                progressive(wd, target, observed, now, plan)
-            }
-            (RolloutStrategyKind::Progressive, false) => {
-                match observed.target.unversioned_pollers {
-                    Some(true) => progressive(wd, target, observed, now, plan),
-                    Some(false) => Some(Routing::SetCurrent(target.to_string())),
-                    None => None,
-                }
-            }
-            (_, false) | (RolloutStrategyKind::AllAtOnce, true) => {
-                Some(Routing::SetCurrent(target.to_string()))
-            }
-            (RolloutStrategyKind::Progressive, true) => {
-                progressive(wd, target, observed, now, plan)
-            }
-            (RolloutStrategyKind::Manual, true) => None,
-        }
-    }
-}
-
-/// Whether `build`'s workers are up: Available alone is not enough (a Deployment scaled to
-/// zero is Available with no pod).
-pub fn workers_up(deployments: &BTreeMap<String, ObservedDeployment>, build: &str) -> bool {
-    deployments.get(build).is_some_and(|d| {
-        d.available_since.is_some() && d.ready_replicas > 0 && d.spec_replicas != Some(0)
-    })
-}
-
-/// Whether routing to `target` is a rollback: it was current within `window`.
-fn is_rollback(state: &DeploymentState, target: &str, now: SystemTime, window: Duration) -> bool {
-    state.current_build_id.as_deref() != Some(target)
-        && state
-            .versions
-            .get(target)
-            .and_then(|v| v.last_current_at)
-            .is_some_and(|t| now.duration_since(t).unwrap_or_default() < window)
-}
-
-enum Gate {
-    Passed,
-    Pending,
-    Failed(String),
-}
-
-/// A gate passes when a gate run completed on every workflow task queue of the target; one
-/// failed run blocks the build for good (a gate is never retried under the same build ID).
-fn gate_verdict(target: &str, observed: &TargetObserved) -> Gate {
-    let queues: Vec<&TaskQueueRef> = observed.task_queues.iter().filter(|q| q.workflow).collect();
-    if queues.is_empty() {
-        return Gate::Pending;
-    }
-    let mut passed = true;
-    for q in queues {
-        match observed.gates.iter().find(|g| g.task_queue == q.name) {
-            Some(g) => match g.status {
-                WorkflowExecutionStatus::Completed => {}
-                WorkflowExecutionStatus::Running => passed = false,
-                failed => {
-                    return Gate::Failed(format!(
-                        "gate workflow {} on task queue {} ended {failed:?}; buildID {target} will not be promoted (a gate is not retried for the same build: change the template to try a new build)",
-                        g.workflow_id, g.task_queue
-                    ));
-                }
-            },
-            None => passed = false,
-        }
-    }
-    if passed { Gate::Passed } else { Gate::Pending }
-}
-
-/// The step a ramp is at: the last whose ramp is at or below `ramp` (0 if none).
-pub fn step_index(steps: &[twc_api::RolloutStep], ramp: f32) -> usize {
-    steps
-        .iter()
-        .rposition(|s| s.ramp_percentage as f32 <= ramp)
-        .unwrap_or(0)
-}
-
-/// A ramp step's gate, as observed.
-enum StepGate {
-    Passed,
-    /// A run ended without success.
-    Failed,
-    /// Runs to start, and what runs (for people).
-    Pending {
-        start: Vec<GateStart>,
-        running: String,
-    },
-}
-
-fn step_gate_verdict(
-    wd: &WorkerDeployment,
-    target: &str,
-    step: usize,
-    observed: &Observed,
-) -> StepGate {
-    let queues: Vec<&TaskQueueRef> = observed
-        .target
-        .task_queues
-        .iter()
-        .filter(|q| q.workflow)
-        .collect();
-    let runs: &[WorkflowExecution] = match &observed.target.step_gates {
-        Some(g) if g.step == step => &g.runs,
-        _ => &[],
-    };
-    if queues.is_empty() {
-        return StepGate::Pending {
-            start: Vec::new(),
-            running: "waits for the version's task queues".into(),
-        };
-    }
-    let mut start = Vec::new();
-    let mut running = Vec::new();
-    for q in queues {
-        let id = step_gate_id(wd, target, &q.name, step);
-        match runs.iter().find(|r| r.workflow_id == id) {
-            Some(r) => match r.status {
-                WorkflowExecutionStatus::Completed => {}
-                WorkflowExecutionStatus::Running => running.push(id),
-                _ => return StepGate::Failed,
-            },
-            None => start.push(GateStart {
-                workflow_id: id,
-                task_queue: q.name.clone(),
-                step: Some(step),
-            }),
-        }
-    }
-    if start.is_empty() && running.is_empty() {
-        return StepGate::Passed;
-    }
-    let running = if running.is_empty() {
-        "is starting".to_string()
-    } else {
-        format!("runs ({})", running.join(", "))
-    };
-    StepGate::Pending { start, running }
-}
-
-/// The first run of `target`'s current step gate that ended without success: "gate workflow
-/// ID of step 2 (20%) on task queue q ended Failed". None while the target does not ramp at a
-/// step whose gate ended so.
-pub fn failed_step_gate(
-    wd: &WorkerDeployment,
-    target: &str,
-    observed: &Observed,
-) -> Option<String> {
-    let state = &observed.temporal;
-    if state.ramping_build_id.as_deref() != Some(target) {
-        return None;
-    }
-    let steps = &wd.spec.rollout.steps;
-    let gates = observed.target.step_gates.as_ref()?;
-    let step = steps.get(gates.step)?;
-    step.gate.as_ref()?;
-    if gates.step != step_index(steps, state.ramp_percentage) {
-        return None;
-    }
-    gates
-        .runs
-        .iter()
-        .find(|r| {
-            !matches!(
-                r.status,
-                WorkflowExecutionStatus::Completed | WorkflowExecutionStatus::Running
-            ) && r.workflow_id == step_gate_id(wd, target, &r.task_queue, gates.step)
-        })
-        .map(|r| {
-            format!(
-                "gate workflow {} (run {}) of step {} ({}%) on task queue {} ended {:?}",
-                r.workflow_id,
-                r.run_id,
-                gates.step + 1,
-                step.ramp_percentage,
-                r.task_queue,
-                r.status
-            )
-        })
-}
-
-fn progressive(
-    wd: &WorkerDeployment,
-    target: &str,
-    observed: &Observed,
-    now: SystemTime,
-    plan: &mut Plan,
-) -> Option<Routing> {
-    let state = &observed.temporal;
-    let steps = &wd.spec.rollout.steps;
-    let first = steps.first()?;
-    let ramping_target = state.ramping_build_id.as_deref() == Some(target);
-    if !ramping_target {
-        return Some(Routing::SetRamp(
-            target.to_string(),
-            first.ramp_percentage as f32,
-        ));
-    }
-    let current_ramp = state.ramp_percentage;
-    let index = step_index(steps, current_ramp);
-    let step = &steps[index];
-    if (step.ramp_percentage as f32 - current_ramp).abs() > f32::EPSILON {
-        return Some(Routing::SetRamp(
-            target.to_string(),
-            step.ramp_percentage as f32,
-        ));
-    }
-    let pause = twc_api::duration::parse(&step.pause_duration).unwrap_or(Duration::from_secs(30));
-    let since = state.ramp_changed_at.unwrap_or(now);
-    let paused = now.duration_since(since).unwrap_or_default() < pause;
-    if paused {
-        plan.wake(since + pause);
-    }
-    if step.gate.is_some() {
-        // The step ends once its gate completed too; a failed one is the guard's.
-        match step_gate_verdict(wd, target, index, observed) {
-            StepGate::Passed => {}
-            StepGate::Failed => return None,
-            StepGate::Pending { start, running } => {
-                plan.start_gates.extend(start);
-                plan.step_gate = Some(format!(
-                    "the gate of step {} ({}%) {}",
-                    index + 1,
-                    step.ramp_percentage,
-                    running
-                ));
-                return None;
-            }
-        }
-    }
-    if paused {
-        return None;
-    }
-    match steps.get(index + 1) {
-        Some(next) => Some(Routing::SetRamp(
-            target.to_string(),
-            next.ramp_percentage as f32,
-        )),
-        None => Some(Routing::SetCurrent(target.to_string())),
-    }
 }
 
 #[cfg(test)]

@@ -1,6 +1,7 @@
 //! Table-driven tests of the planner, with `now` injected.
 
 use std::time::{Duration, SystemTime};
+use twc_api::{WorkflowExecution, WorkflowExecutionStatus};
 
 use serde_json::json;
 use twc_api::{ConnectionSpec, VersionStatus, WorkerDeployment};
