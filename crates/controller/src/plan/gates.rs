@@ -7,8 +7,9 @@ use kube::ResourceExt;
 use twc_api::{WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 
 use super::rollback::is_rollback;
-use super::routing::step_index;
-use super::{GateStart, Observed, TargetObserved, TaskQueueRef, build_id, guard, needs};
+use super::{
+    GateStart, Observed, TargetObserved, TaskQueueRef, build_id, guard, needs, step_index,
+};
 use crate::temporal::gates::{gate_workflow_id, step_gate_workflow_id};
 
 /// The `temporal.io/retry` value set on `wd`, if any: it names the step gates' runs, so that

@@ -23,7 +23,7 @@ pub use crate::observed::{
     TaskQueueRef,
 };
 pub use gates::{failed_step_gate, gates_may_start, retry_token, step_gate_id};
-pub use routing::{step_index, workers_up};
+pub use routing::workers_up;
 
 /// Which extra reads the planner needs about the target version.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -584,6 +584,14 @@ fn undeletable_versions(observed: &Observed, target: &str) -> Vec<String> {
         })
         .map(|(b, _)| b.clone())
         .collect()
+}
+
+/// The step a ramp is at: the last whose ramp is at or below `ramp` (0 if none).
+pub fn step_index(steps: &[twc_api::RolloutStep], ramp: f32) -> usize {
+    steps
+        .iter()
+        .rposition(|s| s.ramp_percentage as f32 <= ramp)
+        .unwrap_or(0)
 }
 
 #[cfg(test)]

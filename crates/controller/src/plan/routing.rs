@@ -7,7 +7,9 @@ use twc_api::{RolloutStrategyKind, VersionStatus, WorkerDeployment};
 
 use super::gates::{Gate, StepGate, gate_starts, gate_verdict, step_gate_verdict};
 use super::rollback::{gives_current_back, is_rollback, roll_back};
-use super::{DeploymentState, Observed, ObservedDeployment, Plan, Routing, guard, status_of};
+use super::{
+    DeploymentState, Observed, ObservedDeployment, Plan, Routing, guard, status_of, step_index,
+};
 use crate::config::{Identity, Limits, Manager};
 
 /// The routing change of this reconcile, once the guard has judged the target: a failed
@@ -161,14 +163,6 @@ pub fn workers_up(deployments: &BTreeMap<String, ObservedDeployment>, build: &st
     deployments.get(build).is_some_and(|d| {
         d.available_since.is_some() && d.ready_replicas > 0 && d.spec_replicas != Some(0)
     })
-}
-
-/// The step a ramp is at: the last whose ramp is at or below `ramp` (0 if none).
-pub fn step_index(steps: &[twc_api::RolloutStep], ramp: f32) -> usize {
-    steps
-        .iter()
-        .rposition(|s| s.ramp_percentage as f32 <= ramp)
-        .unwrap_or(0)
 }
 
 fn progressive(
