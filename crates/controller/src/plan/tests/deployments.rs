@@ -1,0 +1,264 @@
+//! The versions' Deployments: created, scaled, sunset, reconnected, or kept as they are.
+
+use super::*;
+
+#[test]
+fn sunset_scales_drained_versions_down_then_deletes_them_and_never_touches_draining_ones() {
+    use VersionStatus::{Current, Draining, Inactive};
+    let wd = wd("AllAtOnce", "w:v3");
+    let target = target_of(&wd);
+    let ago = |secs: u64| t(100_000 - secs);
+    let o = world(&wd)
+        .at(t(100_000))
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .deployment("draining", Some(2))
+        .version("draining", Draining)
+        .deployment("drained-recent", Some(2))
+        .drained_since("drained-recent", ago(600))
+        .deployment("drained-old", Some(2))
+        .drained_since("drained-old", ago(2 * 3600))
+        .deployment("drained-ancient", Some(0))
+        .drained_since("drained-ancient", ago(26 * 3600))
+        .deployment("inactive", Some(2))
+        .version("inactive", Inactive)
+        .deployment("gone-from-temporal", Some(1))
+        .no_ready_pods("gone-from-temporal")
+        .deployment("unlisted-but-up", Some(1))
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    let name = |b: &str| build_id::deployment_name("w", b);
+    let mut scaled = p.scale.clone();
+    scaled.sort();
+    assert_eq!(
+        scaled,
+        vec![(name("drained-old"), 0), (name("inactive"), 0)]
+    );
+    let mut deleted = p.delete_deployments.clone();
+    deleted.sort();
+    assert_eq!(
+        deleted,
+        vec![name("drained-ancient"), name("gone-from-temporal")]
+    );
+    assert_eq!(p.delete_versions, vec!["drained-ancient".to_string()]);
+    assert!(!p.scale.iter().any(|(n, _)| *n == name("draining")));
+    assert_eq!(
+        p.kept,
+        vec![Kept {
+            build_id: "unlisted-but-up".into(),
+            why: Unaccounted::NotListed { ready: 1 }
+        }]
+    );
+}
+
+/// What the planner touches of the Deployment of `build`: scaled, deleted, reconnected.
+fn touched(p: &Plan, build: &str) -> Vec<&'static str> {
+    let name = build_id::deployment_name("w", build);
+    let mut out = Vec::new();
+    if p.scale.iter().any(|(n, _)| *n == name) {
+        out.push("scaled");
+    }
+    if p.delete_deployments.contains(&name) {
+        out.push("deleted");
+    }
+    if p.reconnect.iter().any(|b| b == build) {
+        out.push("reconnected");
+    }
+    out
+}
+
+#[test]
+fn a_temporal_namespace_change_moves_the_target_and_keeps_the_older_versions_where_they_are() {
+    use VersionStatus::NotRegistered;
+    let mut wd = wd("AllAtOnce", "w:v2");
+    wd.spec.worker_options.temporal_namespace = "elsewhere".into();
+    let target = target_of(&wd);
+    // v1 drains pinned workflows in "default", v2 is current there; the new namespace has
+    // never seen this worker deployment.
+    let o = world(&wd)
+        .deployment("v1", Some(1))
+        .polls_namespace("v1", "default")
+        .deployment("v1-scaled-down", Some(0))
+        .polls_namespace("v1-scaled-down", "default")
+        .deployment(&target, Some(1))
+        .polls_namespace(&target, "default")
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    assert_eq!(p.apply.len(), 1, "the target moves to the new namespace");
+    assert_eq!(touched(&p, "v1"), Vec::<&str>::new());
+    assert_eq!(touched(&p, "v1-scaled-down"), Vec::<&str>::new());
+    let other = || Unaccounted::OtherNamespace("default".into());
+    assert_eq!(
+        p.kept,
+        vec![
+            Kept {
+                build_id: "v1".into(),
+                why: other()
+            },
+            Kept {
+                build_id: "v1-scaled-down".into(),
+                why: other()
+            },
+        ]
+    );
+    assert_eq!(status_of(&o.temporal, &target), NotRegistered);
+    assert_eq!(p.routing, None);
+}
+
+#[test]
+fn a_worker_deployment_temporal_does_not_find_deletes_no_worker_that_is_up() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    // Deleted in Temporal, or a NotFound of another cause: nothing is listed.
+    let o = world(&wd)
+        .deployment(&target, Some(1))
+        .deployment("was-current", Some(2))
+        .deployment("never-polled", Some(1))
+        .no_ready_pods("never-polled")
+        .build();
+    assert!(!o.temporal.exists);
+    let p = plan(&wd, &conn(), &me(), &o);
+    assert_eq!(touched(&p, "was-current"), Vec::<&str>::new());
+    assert_eq!(
+        p.kept,
+        vec![Kept {
+            build_id: "was-current".into(),
+            why: Unaccounted::DeploymentNotFound
+        }]
+    );
+    // A first rollout that crash-looped and was replaced: nothing can be pinned to it.
+    assert_eq!(touched(&p, "never-polled"), vec!["deleted"]);
+}
+
+#[test]
+fn after_a_connection_change_only_the_versions_temporal_lists_follow_it() {
+    use VersionStatus::{Current, Draining};
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .deployment("listed", Some(1))
+        .version("listed", Draining)
+        .stale_connection("listed")
+        // Another server behind the new hostPort: v0 drains on the old one.
+        .deployment("unlisted", Some(1))
+        .stale_connection("unlisted")
+        .deployment("unlisted-down", Some(0))
+        .stale_connection("unlisted-down")
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    assert_eq!(touched(&p, "listed"), vec!["reconnected"]);
+    assert_eq!(touched(&p, "unlisted"), Vec::<&str>::new());
+    assert_eq!(touched(&p, "unlisted-down"), Vec::<&str>::new());
+    assert_eq!(
+        p.kept.iter().map(|k| k.to_string()).collect::<Vec<_>>(),
+        vec![
+            "unlisted (its workers use a previous connection, and Temporal reached through the current one does not list it)",
+            "unlisted-down (its workers use a previous connection, and Temporal reached through the current one does not list it)",
+        ]
+    );
+}
+
+#[test]
+fn replicas_follow_the_spec_for_active_versions_only() {
+    let mut wd = wd("AllAtOnce", "w:v1");
+    wd.spec.replicas = Some(3);
+    let target = target_of(&wd);
+    let current = world(&wd)
+        .version(&target, VersionStatus::Current)
+        .current(&target);
+    let running = current.clone().deployment(&target, Some(1));
+    let p = plan(&wd, &conn(), &me(), &running.clone().build());
+    assert_eq!(p.scale, vec![(build_id::deployment_name("w", &target), 3)]);
+    // A WorkerResourceTemplate scaling the versions (an HPA) owns them, whatever the spec.
+    let o = running.clone().autoscaled().build();
+    assert!(plan(&wd, &conn(), &me(), &o).scale.is_empty());
+    let p = plan(&wd, &conn(), &me(), &current.autoscaled().build());
+    assert_eq!(p.apply.len(), 1);
+    assert_eq!(
+        p.apply[0].spec.as_ref().and_then(|s| s.replicas),
+        None,
+        "not applied"
+    );
+    // Without spec.replicas an autoscaler owns them: no scaling.
+    wd.spec.replicas = None;
+    assert!(plan(&wd, &conn(), &me(), &running.build()).scale.is_empty());
+}
+
+#[test]
+fn a_connection_change_re_applies_the_target() {
+    use VersionStatus::{Current, Drained, Draining};
+    let wd = wd("AllAtOnce", "w:v1");
+    let target = target_of(&wd);
+    let stale = world(&wd)
+        .deployment(&target, None)
+        .stale_connection(&target);
+    assert_eq!(
+        plan(&wd, &conn(), &me(), &stale.clone().build())
+            .apply
+            .len(),
+        1
+    );
+
+    // Older versions that still run follow the connection too; scaled-down ones do not.
+    let o = stale
+        .deployment("draining", Some(1))
+        .stale_connection("draining")
+        .version("draining", Draining)
+        .deployment("current", Some(1))
+        .stale_connection("current")
+        .version("current", Current)
+        .current("current")
+        .deployment("asleep", Some(0))
+        .stale_connection("asleep")
+        .version("asleep", Drained)
+        .deployment("fresh", Some(1))
+        .version("fresh", Draining)
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    assert_eq!(p.reconnect, ["current", "draining"]);
+    assert!(
+        p.apply.iter().any(|d| d.metadata.name.as_deref()
+            == Some(build_id::deployment_name("w", &target).as_str()))
+    );
+}
+
+#[test]
+fn no_new_version_while_too_many_cannot_be_deleted() {
+    use VersionStatus::{Current, Drained, Draining, Inactive};
+    let wd = wd("AllAtOnce", "w:v9");
+    let versions = world(&wd)
+        .version("v0", Drained)
+        .version("v1", Drained)
+        .version("v2", Draining)
+        .version("v3", Inactive)
+        .version("v4", Current)
+        .current("v4");
+    // v1 is drained but its workers still run, so the server cannot delete it.
+    let o = versions.clone().deployment("v1", Some(1)).build();
+    let limits = Limits {
+        max_undeletable_versions: 4,
+        ..Default::default()
+    };
+    let p = plan_with(&wd, &conn(), &me(), &o, &limits);
+    assert!(p.apply.is_empty(), "must not create the new version");
+    let why = p.blocked.unwrap_or_default();
+    assert!(
+        why.contains("4 versions cannot be deleted yet (limit 4)"),
+        "{why}"
+    );
+    assert!(
+        why.contains("v1, v2, v3, v4"),
+        "names the blocking versions: {why}"
+    );
+    // One more drained and stopped version frees a slot.
+    assert_eq!(
+        plan_with(&wd, &conn(), &me(), &versions.build(), &limits)
+            .apply
+            .len(),
+        1
+    );
+}

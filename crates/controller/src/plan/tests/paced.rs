@@ -1,0 +1,154 @@
+//! The pace after a plan: when to come back, and whether the state read may be reused.
+
+use super::*;
+use crate::config::Intervals;
+use crate::plan::pace::{Pace, Reuse, pace};
+
+fn intervals() -> Intervals {
+    Intervals {
+        moving: Duration::from_secs(2),
+        steady: Duration::from_secs(60),
+        drainage: Duration::from_secs(180),
+    }
+}
+
+fn paced(wd: &WorkerDeployment, observed: &Observed) -> (Plan, Pace) {
+    let p = plan(wd, &conn(), &me(), observed);
+    let paced = pace(wd, observed, &p, &intervals());
+    (p, paced)
+}
+
+#[test]
+fn a_target_whose_workers_are_not_up_is_not_read_until_its_deployment_changes() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let mut o = world(&wd)
+        .at(t(60))
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Current)
+        .current("old")
+        .deployment(&target, Some(1))
+        .no_ready_pods(&target)
+        .build();
+    let (_, p) = paced(&wd, &o);
+    // Only its progress deadline, 600 s after it became the target, is known ahead.
+    assert_eq!(p.reuse, Reuse::Until(Some(t(660))));
+    assert_eq!(p.requeue, Duration::from_secs(60));
+
+    // It comes back when its pods are listed again: their troubles stand five minutes.
+    o.pods_due = Some(t(360));
+    assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(300));
+    // The deadline comes first.
+    o.pods_due = Some(t(1000));
+    assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(600));
+    // A list due sooner than the steady pace: the steady pace.
+    o.pods_due = Some(t(70));
+    assert_eq!(paced(&wd, &o).1.requeue, Duration::from_secs(60));
+}
+
+#[test]
+fn a_target_whose_workers_are_up_waits_for_pollers_at_the_fast_pace() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .at(t(60))
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Current)
+        .current("old")
+        .deployment(&target, Some(1))
+        .build();
+    let (_, p) = paced(&wd, &o);
+    assert_eq!(
+        p,
+        Pace {
+            requeue: Duration::from_secs(2),
+            reuse: Reuse::Never
+        }
+    );
+}
+
+#[test]
+fn a_routing_write_is_followed_by_a_read() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .at(t(60))
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Current)
+        .current("old")
+        .deployment(&target, Some(1))
+        .version(&target, VersionStatus::Inactive)
+        .task_queues(vec![workflow_queue("q")])
+        .build();
+    let (plan, p) = paced(&wd, &o);
+    assert!(plan.routing.is_some());
+    assert!(plan.needs_fresh_state());
+    assert_eq!(p.reuse, Reuse::Never);
+}
+
+#[test]
+fn at_rest_the_state_is_reused_and_draining_versions_are_read_at_the_drainage_pace() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let rest = world(&wd)
+        .at(t(60))
+        .deployment(&target, Some(1))
+        .version(&target, VersionStatus::Current)
+        .current(&target);
+    let (plan, p) = paced(&wd, &rest.clone().build());
+    assert!(!plan.needs_fresh_state());
+    assert_eq!(p.reuse, Reuse::Until(None));
+    assert_eq!(p.requeue, Duration::from_secs(60));
+
+    let draining = rest
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Draining)
+        .build();
+    let (_, p) = paced(&wd, &draining);
+    assert_eq!(p.reuse, Reuse::Until(Some(t(60 + 180))));
+    assert_eq!(p.requeue, Duration::from_secs(60));
+}
+
+#[test]
+fn a_ramp_step_is_not_read_before_it_ends() {
+    let wd = wd("Progressive", "w:v2");
+    let target = target_of(&wd);
+    // At 10 % since t(20): the 1 m pause ends at t(80).
+    let o = world(&wd)
+        .at(t(60))
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Current)
+        .current("old")
+        .deployment(&target, Some(1))
+        .version(&target, VersionStatus::Ramping)
+        .ramping(&target)
+        .ramp(10.0, t(20))
+        .task_queues(vec![workflow_queue("q")])
+        .build();
+    let (plan, p) = paced(&wd, &o);
+    assert_eq!(plan.routing, None);
+    assert_eq!(p.reuse, Reuse::Until(Some(t(80))));
+    assert_eq!(p.requeue, Duration::from_secs(20));
+}
+
+#[test]
+fn a_sunset_timer_is_known_in_advance_and_its_action_is_planned_on_a_fresh_read() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let rest = world(&wd)
+        .deployment(&target, Some(1))
+        .version(&target, VersionStatus::Current)
+        .current(&target)
+        .deployment("old", Some(1))
+        .drained_since("old", t(0));
+    // Scaled down 1 h after it drained.
+    let (plan, p) = paced(&wd, &rest.clone().at(t(600)).build());
+    assert!(plan.scale.is_empty());
+    assert_eq!(p.reuse, Reuse::Until(Some(t(3600))));
+    let (plan, _) = paced(&wd, &rest.at(t(3600)).build());
+    assert_eq!(plan.scale, vec![(build_id::deployment_name("w", "old"), 0)]);
+    assert!(
+        plan.needs_fresh_state(),
+        "never scaled down on a reused read"
+    );
+}
