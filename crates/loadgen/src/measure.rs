@@ -1,5 +1,6 @@
 //! What a window measures and prints: the controller's usage and metrics, RPCs by operation.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use crate::observe;
@@ -66,7 +67,77 @@ impl Run {
         controller
     }
 
-    /// Nothing changes for `--window-seconds`: RPCs, CPU, memory.
+    /// The apiserver's `apiserver_request_total`, summed by verb and resource (the subresource
+    /// joined with a `/`).
+    pub(crate) async fn apiserver_requests(&self) -> BTreeMap<(String, String), f64> {
+        let req = match http::Request::get("/metrics").body(Vec::new()) {
+            Ok(r) => r,
+            Err(_) => return BTreeMap::new(),
+        };
+        let text = self.client.request_text(req).await.unwrap_or_default();
+        let mut out = BTreeMap::new();
+        for line in text.lines() {
+            let Some(rest) = line.strip_prefix("apiserver_request_total{") else {
+                continue;
+            };
+            let Some((labels, value)) = rest.rsplit_once("} ") else {
+                continue;
+            };
+            let label = |name: &str| {
+                labels
+                    .split(',')
+                    .find_map(|kv| kv.strip_prefix(&format!("{name}=\"")))
+                    .map(|v| v.trim_end_matches('"').to_string())
+                    .unwrap_or_default()
+            };
+            let mut resource = label("resource");
+            let sub = label("subresource");
+            if !sub.is_empty() {
+                resource = format!("{resource}/{sub}");
+            }
+            if let Ok(v) = value.trim().parse::<f64>() {
+                *out.entry((label("verb"), resource)).or_default() += v;
+            }
+        }
+        out
+    }
+
+    /// What the apiserver served between two of its samples, per minute, by verb and resource.
+    /// The harness is idle in a window (its sampler paused, no pods of its own), so what is
+    /// counted is the controller's, plus the apiserver's own housekeeping.
+    fn print_apiserver(
+        &self,
+        before: &BTreeMap<(String, String), f64>,
+        after: &BTreeMap<(String, String), f64>,
+        minutes: f64,
+    ) {
+        println!(
+            "  {:<34} {:>9} {:>12}",
+            "apiserver requests (its own count)", "count", "per minute"
+        );
+        let mut total = 0.0;
+        for (key, n) in after {
+            let d = n - before.get(key).copied().unwrap_or(0.0);
+            if d < 0.5 {
+                continue;
+            }
+            total += d;
+            println!(
+                "    {:<32} {:>9.0} {:>12.1}",
+                format!("{} {}", key.0, key.1),
+                d,
+                d / minutes
+            );
+        }
+        println!(
+            "    {:<32} {:>9.0} {:>12.1}",
+            "all requests",
+            total,
+            total / minutes
+        );
+    }
+
+    /// Nothing changes for `--window-seconds`: RPCs, apiserver requests, CPU, memory.
     pub(crate) async fn window(&mut self, what: &str) {
         let secs = self.cli.window_seconds;
         eprintln!(
@@ -76,6 +147,7 @@ impl Run {
         tokio::time::sleep(Duration::from_secs(self.cli.settle_seconds)).await;
         self.sampler.pause(true);
         let before = observe::sample(&self.env.temporal.metrics_address).await;
+        let api_before = self.apiserver_requests().await;
         let ctl_before = self.controller_metrics().await;
         let (u0, t0) = (self.controller.usage_figures(), Instant::now());
         tokio::time::sleep(Duration::from_secs(secs)).await;
@@ -84,6 +156,7 @@ impl Run {
             t0.elapsed().as_secs_f64() / 60.0,
         );
         let ctl_after = self.controller_metrics().await;
+        let api_after = self.apiserver_requests().await;
         let after = observe::sample(&self.env.temporal.metrics_address).await;
         self.sampler.pause(false);
         let minutes = match (after.at, before.at) {
@@ -92,6 +165,7 @@ impl Run {
         };
         println!("\n{what}: a {secs} s window");
         self.print_rpcs(&before, &after, minutes);
+        self.print_apiserver(&api_before, &api_after, minutes);
         let rpc = |t: &str| observe::controller_counter(t, "twc_temporal_rpc_total", &[]);
         let own = rpc(&ctl_after) - rpc(&ctl_before);
         row(
