@@ -1,0 +1,91 @@
+//! `spec.workerOptions.connectionRef`: which Connection or ClusterConnection a WorkerDeployment
+//! uses, by name (as TWC) or by a typed `objectRef`.
+
+use kube::KubeSchema;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// A reference to the connection a WorkerDeployment uses, in the style of
+/// `TypedObjectReference`. Set exactly one of `name` and `objectRef`.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("has(self.name) || has(self.objectRef)")
+        .message("connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)"),
+    validation = Rule::new("!(has(self.name) && has(self.objectRef))")
+        .message("connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one")
+)]
+pub struct ConnectionReference {
+    /// Name of a Connection in the WorkerDeployment's namespace (the TWC form).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: Option<String>,
+
+    /// A typed reference to a Connection in the WorkerDeployment's namespace or to a
+    /// cluster-scoped ClusterConnection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object_ref: Option<ConnectionObjectReference>,
+}
+
+/// A typed reference to a Connection or ClusterConnection.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
+#[serde(rename_all = "camelCase")]
+pub struct ConnectionObjectReference {
+    /// API group of the referenced object; only `temporal.io` is supported.
+    #[serde(default = "default_api_group")]
+    #[x_kube(validation = Rule::new("self == 'temporal.io'").message("objectRef.apiGroup must be temporal.io"))]
+    pub api_group: String,
+
+    /// Kind of the referenced object: `Connection` (in the WorkerDeployment's namespace) or
+    /// `ClusterConnection` (cluster-scoped).
+    #[x_kube(validation = Rule::new("self == 'Connection' || self == 'ClusterConnection'").message("objectRef.kind must be Connection or ClusterConnection"))]
+    pub kind: String,
+
+    /// Name of the referenced object.
+    #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
+    pub name: String,
+}
+
+fn default_api_group() -> String {
+    crate::GROUP.to_string()
+}
+
+/// The two kinds a connection reference may name.
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, JsonSchema,
+)]
+pub enum ConnectionKind {
+    Connection,
+    ClusterConnection,
+}
+
+impl ConnectionKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ConnectionKind::Connection => "Connection",
+            ConnectionKind::ClusterConnection => "ClusterConnection",
+        }
+    }
+}
+
+impl std::fmt::Display for ConnectionKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl ConnectionReference {
+    /// The referenced kind and name, normalising the legacy `name` form to a Connection.
+    /// `None` if the reference is malformed (the CRD's validation prevents that).
+    pub fn target(&self) -> Option<(ConnectionKind, &str)> {
+        match (&self.name, &self.object_ref) {
+            (Some(name), None) => Some((ConnectionKind::Connection, name.as_str())),
+            (None, Some(r)) if r.api_group == crate::GROUP => match r.kind.as_str() {
+                "Connection" => Some((ConnectionKind::Connection, r.name.as_str())),
+                "ClusterConnection" => Some((ConnectionKind::ClusterConnection, r.name.as_str())),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+}

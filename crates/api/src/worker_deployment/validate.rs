@@ -1,0 +1,244 @@
+//! The spec checks the CRD schema cannot make ([`WorkerDeploymentSpec::validate`]), reported as
+//! the `InvalidSpec` condition.
+
+use super::{RolloutStrategyKind, WorkerDeploymentSpec};
+
+/// A spec problem the CRD schema cannot catch; reported as the `InvalidSpec` condition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpecError {
+    /// The offending field, e.g. `spec.rollout.gate`.
+    pub field: String,
+    /// What is wrong and what is allowed.
+    pub message: String,
+}
+
+impl std::fmt::Display for SpecError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+impl WorkerDeploymentSpec {
+    /// Checks what the CRD validation cannot (or what an apiserver without our CRD rules, or an
+    /// object stored before them, may have let through). Empty when the spec is valid.
+    pub fn validate(&self) -> Vec<SpecError> {
+        let mut errors = Vec::new();
+        let mut err = |field: &str, message: String| {
+            errors.push(SpecError {
+                field: field.into(),
+                message,
+            })
+        };
+        // The template must be one Go decodes: its Go JSON is what the build ID hashes.
+        match serde_json::to_value(&self.template) {
+            Ok(v) => {
+                if let Err(e) = twc_gocompat::pod_template_spec(&v) {
+                    err(&format!("spec.template.{}", e.path), e.message);
+                }
+            }
+            Err(e) => err("spec.template", e.to_string()),
+        }
+        let step_gates = self.rollout.steps.iter().enumerate().filter_map(|(i, s)| {
+            s.gate
+                .as_ref()
+                .map(|g| (format!("spec.rollout.steps[{i}].gate"), g))
+        });
+        let gates = self
+            .rollout
+            .gate
+            .as_ref()
+            .map(|g| ("spec.rollout.gate".to_string(), g))
+            .into_iter()
+            .chain(step_gates);
+        for (field, gate) in gates {
+            if gate.input.is_some() && gate.input_from.is_some() {
+                err(&field, "only one of input or inputFrom may be set".into());
+            }
+            if let Some(from) = &gate.input_from
+                && from.config_map_key_ref.is_some() == from.secret_key_ref.is_some()
+            {
+                err(
+                    &format!("{field}.inputFrom"),
+                    "exactly one of configMapKeyRef or secretKeyRef must be set".into(),
+                );
+            }
+        }
+        if self.rollout.strategy == RolloutStrategyKind::Progressive
+            && self.rollout.steps.is_empty()
+        {
+            err(
+                "spec.rollout.steps",
+                "steps are required for Progressive rollout".into(),
+            );
+        }
+        let mut previous = 0;
+        for (i, step) in self.rollout.steps.iter().enumerate() {
+            if !(1..=99).contains(&step.ramp_percentage) {
+                err(
+                    &format!("spec.rollout.steps[{i}].rampPercentage"),
+                    format!("must be from 1 to 99, got {}", step.ramp_percentage),
+                );
+            } else if step.ramp_percentage <= previous {
+                err(
+                    &format!("spec.rollout.steps[{i}].rampPercentage"),
+                    format!(
+                        "must be greater than the previous step's {previous}, got {}",
+                        step.ramp_percentage
+                    ),
+                );
+            }
+            previous = previous.max(step.ramp_percentage);
+            match crate::duration::parse(&step.pause_duration) {
+                Ok(d) if d >= std::time::Duration::from_secs(30) => {}
+                Ok(_) => err(
+                    &format!("spec.rollout.steps[{i}].pauseDuration"),
+                    "pause duration must be at least 30s".into(),
+                ),
+                Err(e) => err(&format!("spec.rollout.steps[{i}].pauseDuration"), e),
+            }
+        }
+        if self.rollout.steps.len() > 20 {
+            err("spec.rollout.steps", "at most 20 steps are allowed".into());
+        }
+        let after_promotion = self
+            .rollout
+            .analysis
+            .as_ref()
+            .and_then(|a| a.after_promotion.clone());
+        for (field, value) in [
+            ("spec.sunset.scaledownDelay", &self.sunset.scaledown_delay),
+            ("spec.sunset.deleteDelay", &self.sunset.delete_delay),
+            ("spec.rollout.analysis.afterPromotion", &after_promotion),
+        ] {
+            if let Some(Err(e)) = value.as_deref().map(crate::duration::parse) {
+                err(field, e);
+            }
+        }
+        if self.worker_options.connection_ref.target().is_none() {
+            err(
+                "spec.workerOptions.connectionRef",
+                "set either name, or objectRef with kind Connection or ClusterConnection".into(),
+            );
+        }
+        errors
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::worker_deployment::{
+        ConnectionReference, GateInputSource, GateWorkflowConfig, RolloutStep, RolloutStrategy,
+        WorkerOptions,
+    };
+
+    fn spec() -> WorkerDeploymentSpec {
+        WorkerDeploymentSpec {
+            rollout: RolloutStrategy {
+                strategy: RolloutStrategyKind::AllAtOnce,
+                ..Default::default()
+            },
+            worker_options: WorkerOptions {
+                connection_ref: ConnectionReference {
+                    name: Some("c".into()),
+                    object_ref: None,
+                },
+                temporal_namespace: "default".into(),
+                unsafe_custom_build_id: None,
+            },
+            ..Default::default()
+        }
+    }
+
+    fn step(ramp: i32, pause: &str) -> RolloutStep {
+        RolloutStep {
+            ramp_percentage: ramp,
+            pause_duration: pause.into(),
+            gate: None,
+        }
+    }
+
+    #[test]
+    fn a_valid_spec_has_no_errors() {
+        let mut s = spec();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![step(10, "30s"), step(50, "1h")];
+        assert_eq!(s.validate(), vec![]);
+    }
+
+    #[test]
+    fn a_template_go_cannot_decode_is_refused_naming_the_field() {
+        let mut s = spec();
+        s.template = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+            {"name": "w", "image": "w:1", "resources": {"requests": {"memory": "1 GB"}}}]}}))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(
+            errors[0].field,
+            "spec.template.spec.containers[0].resources.requests.memory"
+        );
+    }
+
+    #[test]
+    fn gate_input_and_input_from_are_exclusive() {
+        let mut s = spec();
+        s.rollout.gate = Some(GateWorkflowConfig {
+            workflow_type: "G".into(),
+            input: Some(serde_json::json!({"a": 1})),
+            input_from: Some(GateInputSource {
+                secret_key_ref: Some(Default::default()),
+                config_map_key_ref: None,
+            }),
+        });
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.rollout.gate");
+        assert_eq!(
+            errors[0].message,
+            "only one of input or inputFrom may be set"
+        );
+        // A ramp step's gate is checked the same way, and named by its step.
+        let gate = s.rollout.gate.take();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![step(10, "1m"), step(50, "1m")];
+        s.rollout.steps[1].gate = gate;
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert_eq!(errors[0].field, "spec.rollout.steps[1].gate");
+    }
+
+    #[test]
+    fn ramps_must_increase_and_pauses_must_parse() {
+        let mut s = spec();
+        s.rollout.strategy = RolloutStrategyKind::Progressive;
+        s.rollout.steps = vec![
+            step(50, "1m"),
+            step(20, "1m"),
+            step(60, "5 minutes"),
+            step(70, "10s"),
+        ];
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.to_string()).collect();
+        assert_eq!(fields.len(), 3, "{fields:?}");
+        assert!(fields[0].starts_with(
+            "spec.rollout.steps[1].rampPercentage: must be greater than the previous step's 50"
+        ));
+        assert!(
+            fields[1].starts_with(
+                "spec.rollout.steps[2].pauseDuration: \"5 minutes\" is not a duration"
+            )
+        );
+        assert!(fields[2].starts_with(
+            "spec.rollout.steps[3].pauseDuration: pause duration must be at least 30s"
+        ));
+    }
+
+    #[test]
+    fn a_sunset_delay_that_is_not_a_duration_is_reported() {
+        let mut s = spec();
+        s.sunset.delete_delay = Some("tomorrow".into());
+        let errors = s.validate();
+        assert_eq!(errors.len(), 1);
+        assert_eq!(errors[0].field, "spec.sunset.deleteDelay");
+    }
+}
