@@ -35,15 +35,18 @@ for a in "$@"; do
 done
 
 hack/provision.sh
-# twc-demo on its own, and the controller and the worker as hack/image.sh builds them (the same
-# packages, so the same features: one build serves both modes and the images).
-cargo build -q -p twc-demo
+# The demo, the controller and the worker in one build: their dependencies are compiled once,
+# with one set of features (built apart, most of them twice: 9 + 8 minutes cold on 2 cores).
+cargo build -q -p twc-demo -p temporal-worker-controller -p twc-example-worker \
+  --bin twc-demo --bin twc --bin twc-example-worker
 demo=${CARGO_TARGET_DIR:-target}/debug/twc-demo
 if $node; then
   # Before building images: name what this machine lacks for a real node, if anything.
   "$demo" --check-node
-  hack/image.sh --profile "$profile"
-else
-  cargo build -q -p temporal-worker-controller -p twc-example-worker --bin twc --bin twc-example-worker
+  if [ "$profile" = dev ]; then
+    hack/image.sh --profile dev --no-build
+  else
+    hack/image.sh --profile release
+  fi
 fi
 exec "$demo" ${args[@]+"${args[@]}"}

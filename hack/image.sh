@@ -17,6 +17,8 @@
 #
 #   hack/image.sh                   release binaries: what users get (a long build with LTO)
 #   hack/image.sh --profile dev     the debug binaries the tests build (much faster)
+#   hack/image.sh --no-build        the binaries the caller has just built in target/<profile>
+#                                   (hack/demo.sh builds them with the demo, in one build)
 #   hack/image.sh --out DIR         where the archives go (default $TWC_IMAGES_DIR, else
 #                                   ${CARGO_TARGET_DIR:-target}/images, where the tests look)
 #   hack/image.sh --check           builds nothing: checks that the Dockerfiles parse, that
@@ -32,6 +34,7 @@ profile=release
 target=${CARGO_TARGET_DIR:-target}
 out=${TWC_IMAGES_DIR:-$target/images}
 check=false
+compile=true
 while [ "$#" -gt 0 ]; do
   case "$1" in
     --profile) [ "$#" -ge 2 ] || die "--profile needs release or dev"; profile=$2; shift 2 ;;
@@ -39,6 +42,7 @@ while [ "$#" -gt 0 ]; do
     --out) [ "$#" -ge 2 ] || die "--out needs a directory"; out=$2; shift 2 ;;
     --out=*) out=${1#*=}; shift ;;
     --check) check=true; shift ;;
+    --no-build) compile=false; shift ;;
     -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "$0"; exit 0 ;;
     *) die "unknown argument '$1' (see hack/image.sh --help)" ;;
   esac
@@ -70,9 +74,11 @@ t0=$(date +%s)
 # --- the binaries ----------------------------------------------------------------------------
 locked=()
 [ "$profile" = release ] && locked=(--locked)  # as the Dockerfiles build them
-cargo build -q --profile "$profile" "${locked[@]}" \
-  -p temporal-worker-controller -p twc-example-worker --bin twc --bin twc-example-worker ||
-  die "cargo build --profile $profile failed (see above)"
+if $compile; then
+  cargo build -q --profile "$profile" "${locked[@]}" \
+    -p temporal-worker-controller -p twc-example-worker --bin twc --bin twc-example-worker ||
+    die "cargo build --profile $profile failed (see above)"
+fi
 twc=$bin_dir/twc
 worker=$bin_dir/twc-example-worker
 for b in "$twc" "$worker"; do [ -x "$b" ] || die "no $b after cargo build"; done
