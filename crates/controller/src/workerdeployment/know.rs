@@ -141,4 +141,92 @@ mod tests {
         ));
         assert!(!wants_listing(None, &observed), "nothing to reuse: read");
     }
+
+    #[test]
+    fn the_decision_reuses_takes_absent_or_reads() {
+        let key = PoolKey {
+            host_port: "t:7233".into(),
+            tls_server_name: None,
+            temporal_namespace: "default".into(),
+            auth_mode: twc_api::AuthMode::None,
+            credential_key: None,
+            secrets: vec![],
+        };
+        let at =
+            |s: u64| SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_900_000_000 + s);
+        let state = DeploymentState {
+            exists: true,
+            current_build_id: Some("b1".into()),
+            ..Default::default()
+        };
+        let remembered = Remembered {
+            pool_key: key.clone(),
+            generation: Some(1),
+            target_build: "b1".into(),
+            target_up: false,
+            state: state.clone(),
+            target: TargetObserved::default(),
+            read_at: at(0),
+            reuse: Reuse::Until(None),
+        };
+        let listing = |names: &[&str]| Listing {
+            at: at(10),
+            deployments: Arc::new(
+                names
+                    .iter()
+                    .map(|n| {
+                        let listed = crate::observed::Listed {
+                            current_build_id: Some("b1".into()),
+                            ..Default::default()
+                        };
+                        (n.to_string(), listed)
+                    })
+                    .collect(),
+            ),
+        };
+        let snapshot = Observed::at(at(20));
+        let wd: twc_api::WorkerDeployment = serde_json::from_value(serde_json::json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "wd", "namespace": "ns", "generation": 1},
+            "spec": {"template": {"spec": {"containers": []}}, "rollout": {"strategy": "AllAtOnce"}, "sunset": {},
+                     "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "default"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let agreeing = listing(&["ns/wd"]);
+        let deciding = |remembered: Option<&Remembered>, listing: Option<&Listing>| {
+            decide(
+                &Deciding {
+                    remembered,
+                    listing,
+                    snapshot: &snapshot,
+                    target: "b1",
+                    pool_key: &key,
+                    deployment: "ns/wd",
+                    now: at(20),
+                },
+                &wd,
+            )
+        };
+        // The listing agrees with what was read: reused, with what was read of the target.
+        assert!(matches!(
+            deciding(Some(&remembered), Some(&agreeing)),
+            Knowing::Reuse {
+                target: Some(_),
+                ..
+            }
+        ));
+        // Not in the listing, no workers up: absent, without a read.
+        assert_eq!(deciding(None, Some(&listing(&[]))), Knowing::Absent);
+        // Nothing says it is unchanged: read, at the moving priority (nothing at rest known).
+        assert_eq!(deciding(None, None), Knowing::Read(Priority::Moving));
+        let never = Remembered {
+            reuse: Reuse::Never,
+            ..remembered.clone()
+        };
+        assert_eq!(
+            deciding(Some(&never), Some(&agreeing)),
+            Knowing::Read(Priority::Moving)
+        );
+        assert!(!Knowing::Read(Priority::Steady).stands_in() && Knowing::Absent.stands_in());
+    }
 }
