@@ -1,0 +1,356 @@
+//! Tests of the versioned Deployment: what is injected, the connection hash and its changes,
+//! and the Deployments TWC renders.
+
+use super::*;
+use k8s_openapi::api::core::v1::SecretKeySelector;
+use serde_json::json;
+use twc_api::{ConnectionTls, SecretReference};
+
+fn wd() -> WorkerDeployment {
+    let mut wd: WorkerDeployment = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": "hello", "namespace": "team-a", "uid": "u-1"},
+        "spec": {
+            "replicas": 2,
+            "template": {"metadata": {"labels": {"app": "hello"}},
+                         "spec": {"containers": [{"name": "worker", "image": "w:v1",
+                             "env": [{"name": "USER_VAR", "value": "x"}]}]}},
+            "rollout": {"strategy": "AllAtOnce"},
+            "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "orders"}
+        }
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    wd.metadata.uid = Some("u-1".into());
+    wd
+}
+
+fn env_of(d: &Deployment) -> BTreeMap<String, EnvVar> {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|s| {
+            s.containers[0]
+                .env
+                .clone()
+                .unwrap_or_default()
+                .into_iter()
+                .map(|e| (e.name.clone(), e))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn injects_what_twc_injects_for_mtls() {
+    let conn = ConnectionSpec {
+        host_port: "t.example.com:7233".into(),
+        tls: Some(ConnectionTls {
+            server_name: Some("t.example.com".into()),
+            ca_cert_secret_ref: None,
+        }),
+        mutual_tls_secret_ref: Some(SecretReference {
+            name: "mtls".into(),
+        }),
+        api_key_secret_ref: None,
+    };
+    let d = versioned_deployment(&wd(), "v1-d975", &conn);
+    assert_eq!(d.metadata.name.as_deref(), Some("hello-v1-d975"));
+    let env = env_of(&d);
+    let value = |k: &str| env.get(k).and_then(|e| e.value.clone()).unwrap_or_default();
+    assert_eq!(value("USER_VAR"), "x");
+    assert_eq!(value("TEMPORAL_ADDRESS"), "t.example.com:7233");
+    assert_eq!(value("TEMPORAL_NAMESPACE"), "orders");
+    assert_eq!(value("TEMPORAL_DEPLOYMENT_NAME"), "team-a/hello");
+    assert_eq!(value("TEMPORAL_WORKER_BUILD_ID"), "v1-d975");
+    assert_eq!(value("TEMPORAL_TLS_SERVER_NAME"), "t.example.com");
+    assert_eq!(value("TEMPORAL_TLS"), "true");
+    assert_eq!(
+        value("TEMPORAL_TLS_CLIENT_CERT_PATH"),
+        "/etc/temporal/tls/tls.crt"
+    );
+    assert_eq!(
+        value("TEMPORAL_TLS_CLIENT_KEY_PATH"),
+        "/etc/temporal/tls/tls.key"
+    );
+    let pod = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    let volume = pod.volumes.unwrap_or_default();
+    assert_eq!(volume.len(), 1);
+    // The Secret volume names only a Secret; a pod can only mount its own namespace's.
+    assert_eq!(
+        volume[0]
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("mtls")
+    );
+    let labels = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.clone())
+        .and_then(|m| m.labels)
+        .unwrap_or_default();
+    assert_eq!(labels.get("app").map(String::as_str), Some("hello"));
+    assert_eq!(
+        labels.get("temporal.io/build-id").map(String::as_str),
+        Some("v1-d975")
+    );
+    assert_eq!(
+        labels
+            .get("temporal.io/deployment-name")
+            .map(String::as_str),
+        Some("hello")
+    );
+    let owner = &d.metadata.owner_references.unwrap_or_default()[0];
+    assert_eq!(
+        (owner.controller, owner.block_owner_deletion),
+        (Some(true), Some(true))
+    );
+    assert_eq!(d.spec.and_then(|s| s.replicas), Some(2));
+}
+
+/// A private CA reaches the workers through `tls.caCertSecretRef`, also with mutual TLS
+/// (it may be the client certificate's own Secret); without it the pod template stays
+/// TWC's (see `renders_the_deployment_twc_renders`).
+#[test]
+fn a_ca_secret_is_passed_to_the_workers_also_with_mtls() {
+    let conn: ConnectionSpec = serde_json::from_value(json!({
+        "hostPort": "t:7233",
+        "mutualTLSSecretRef": {"name": "cert"},
+        "tls": {"caCertSecretRef": {"name": "cert"}}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let d = versioned_deployment(&wd(), "b", &conn);
+    let env = env_of(&d);
+    assert_eq!(
+        env["TEMPORAL_TLS_SERVER_CA_CERT_PATH"].value.as_deref(),
+        Some("/etc/temporal/ca/ca.crt")
+    );
+    assert_eq!(env["TEMPORAL_TLS"].value.as_deref(), Some("true"));
+    let names: Vec<&str> = env.keys().map(String::as_str).collect();
+    assert_eq!(
+        names.iter().filter(|n| **n == "TEMPORAL_TLS").count(),
+        1,
+        "{names:?}"
+    );
+    let pod = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    let volumes: Vec<(String, Option<String>)> = pod
+        .volumes
+        .unwrap_or_default()
+        .into_iter()
+        .map(|v| (v.name, v.secret.and_then(|s| s.secret_name)))
+        .collect();
+    assert_eq!(
+        volumes,
+        vec![
+            ("temporal-tls".to_string(), Some("cert".to_string())),
+            ("temporal-ca".to_string(), Some("cert".to_string()))
+        ]
+    );
+}
+
+#[test]
+fn injects_the_api_key_by_reference_only() {
+    let conn = ConnectionSpec {
+        host_port: "t:7233".into(),
+        api_key_secret_ref: Some(SecretKeySelector {
+            name: "key".into(),
+            key: "api-key".into(),
+            optional: None,
+        }),
+        ..Default::default()
+    };
+    let d = versioned_deployment(&wd(), "b", &conn);
+    let env = env_of(&d);
+    let api_key = env.get("TEMPORAL_API_KEY").cloned().unwrap_or_default();
+    assert_eq!(
+        api_key.value, None,
+        "the key itself must never be in the pod spec"
+    );
+    let selector = api_key
+        .value_from
+        .and_then(|v| v.secret_key_ref)
+        .unwrap_or_default();
+    assert_eq!(
+        (selector.name.as_str(), selector.key.as_str()),
+        ("key", "api-key")
+    );
+}
+
+#[test]
+fn equal_connection_specs_hash_equal_whatever_their_kind() {
+    let a = ConnectionSpec {
+        host_port: "t:7233".into(),
+        ..Default::default()
+    };
+    assert_eq!(connection_hash(&a), connection_hash(&a.clone()));
+    let b = ConnectionSpec {
+        host_port: "u:7233".into(),
+        ..Default::default()
+    };
+    assert_ne!(connection_hash(&a), connection_hash(&b));
+}
+
+#[test]
+fn a_connection_change_replaces_only_what_was_injected() {
+    let wd = wd();
+    let mtls: ConnectionSpec = serde_json::from_value(json!({
+        "hostPort": "old:7233", "mutualTLSSecretRef": {"name": "old-cert"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let api_key: ConnectionSpec = serde_json::from_value(json!({
+        "hostPort": "new:7233", "apiKeySecretRef": {"name": "key", "key": "k"}
+    }))
+    .unwrap_or_else(|e| panic!("{e}"));
+    // The old version's own template had its own user variable.
+    let mut old_wd = wd.clone();
+    if let Some(spec) = old_wd.spec.template.spec.as_mut() {
+        spec.containers[0].env = Some(vec![env("OLD_USER_VAR", "kept")]);
+    }
+    let existing = with_replicas(versioned_deployment(&old_wd, "b1", &mtls), 3);
+    let moved = reconnected(&existing, &wd, "b1", &api_key).unwrap_or_else(|| panic!("none"));
+    let env = env_of(&moved);
+    assert_eq!(env["OLD_USER_VAR"].value.as_deref(), Some("kept"));
+    assert!(
+        !env.contains_key("USER_VAR"),
+        "the current template is not mixed in"
+    );
+    assert_eq!(env["TEMPORAL_ADDRESS"].value.as_deref(), Some("new:7233"));
+    assert!(env.contains_key("TEMPORAL_API_KEY"));
+    assert!(!env.contains_key("TEMPORAL_TLS_CLIENT_CERT_PATH"));
+    let pod = moved
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.clone())
+        .unwrap_or_default();
+    assert!(
+        pod.volumes.unwrap_or_default().is_empty(),
+        "the TLS volume is gone"
+    );
+    assert_eq!(
+        moved.spec.as_ref().and_then(|s| s.replicas),
+        Some(3),
+        "replicas kept"
+    );
+    let ann = moved
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.clone())
+        .and_then(|m| m.annotations)
+        .unwrap_or_default();
+    assert_eq!(ann[labels::CONNECTION_SPEC_HASH], connection_hash(&api_key));
+    // A Deployment TWC created has no record: what TWC injects is replaced, the user's
+    // own variables are kept.
+    let mut from_twc = existing.clone();
+    from_twc.annotations_mut().remove(INJECTED_ENV);
+    let moved = reconnected(&from_twc, &wd, "b1", &api_key).unwrap_or_else(|| panic!("none"));
+    let env = env_of(&moved);
+    assert_eq!(env["OLD_USER_VAR"].value.as_deref(), Some("kept"));
+    assert_eq!(env["TEMPORAL_ADDRESS"].value.as_deref(), Some("new:7233"));
+    assert!(!env.contains_key("TEMPORAL_TLS_CLIENT_CERT_PATH"));
+    assert_eq!(
+        moved.annotations().get(INJECTED_ENV).map(String::as_str),
+        Some(
+            "TEMPORAL_ADDRESS,TEMPORAL_NAMESPACE,TEMPORAL_DEPLOYMENT_NAME,TEMPORAL_WORKER_BUILD_ID,TEMPORAL_API_KEY"
+        ),
+        "the moved Deployment records what it now holds"
+    );
+}
+
+/// The reference cases: what TWC's own code renders for 30 WorkerDeployments and four
+/// connection kinds (`shared/reference/twc-build-ids.json`).
+fn twc_cases() -> serde_json::Value {
+    serde_json::from_str(include_str!(
+        "../../../gocompat/tests/data/twc-build-ids.json"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A Deployment TWC created is adopted only if its pod template is exactly what this
+/// controller would apply: one field more or less is a new ReplicaSet, and every worker
+/// restarts. So each rendered field is compared with TWC's, for every case and connection.
+#[test]
+fn renders_the_deployment_twc_renders() {
+    let cases = twc_cases();
+    let connections = cases["connections"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let mut compared = 0;
+    for case in cases["cases"].as_array().cloned().unwrap_or_default() {
+        let name = case["name"].as_str().unwrap_or_default().to_string();
+        let mut raw = case["workerDeployment"].clone();
+        if raw["spec"].get("rollout").is_none() {
+            raw["spec"]["rollout"] = json!({"strategy": "AllAtOnce"});
+        }
+        raw["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000001");
+        let wd: WorkerDeployment =
+            serde_json::from_value(raw).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let build = case["buildID"].as_str().unwrap_or_default();
+        for (kind, conn) in &connections {
+            let conn: ConnectionSpec = serde_json::from_value(conn.clone())
+                .unwrap_or_else(|e| panic!("{name}/{kind}: {e}"));
+            let ours = versioned_deployment(&wd, build, &conn);
+            let theirs: Deployment =
+                serde_json::from_value(case["renderedDeployments"][kind].clone())
+                    .unwrap_or_else(|e| panic!("{name}/{kind}: {e}"));
+            let at = format!("{name}/{kind}");
+            assert_eq!(ours.metadata.name, theirs.metadata.name, "{at}: name");
+            assert_eq!(ours.metadata.namespace, theirs.metadata.namespace, "{at}");
+            assert_eq!(ours.metadata.labels, theirs.metadata.labels, "{at}: labels");
+            let mut annotations = ours.annotations().clone();
+            annotations.remove(INJECTED_ENV);
+            assert_eq!(
+                annotations,
+                theirs.annotations().clone(),
+                "{at}: annotations (besides the record of what was injected)"
+            );
+            // TWC then makes its owner reference the controller reference.
+            let mut owner = theirs.metadata.owner_references.clone().unwrap_or_default();
+            for o in owner.iter_mut() {
+                o.controller = Some(true);
+            }
+            assert_eq!(
+                ours.metadata.owner_references.clone().unwrap_or_default(),
+                owner,
+                "{at}: owner"
+            );
+            let (ours, theirs) = (
+                ours.spec.unwrap_or_default(),
+                theirs.spec.unwrap_or_default(),
+            );
+            assert_eq!(ours.replicas, theirs.replicas, "{at}: replicas");
+            assert_eq!(ours.selector, theirs.selector, "{at}: selector");
+            assert_eq!(
+                ours.min_ready_seconds.unwrap_or(0),
+                theirs.min_ready_seconds.unwrap_or(0),
+                "{at}: minReadySeconds"
+            );
+            assert_eq!(
+                ours.strategy,
+                theirs.strategy.filter(|s| s != &Default::default()),
+                "{at}: strategy"
+            );
+            // Compared as the apiserver stores them (Go's JSON of the Go types: an empty
+            // `resources` is `{}` in both), byte for byte.
+            let stored = |t: &PodTemplateSpec| {
+                twc_gocompat::pod_template_spec(&serde_json::to_value(t).unwrap_or_default())
+                    .unwrap_or_else(|e| panic!("{at}: {e}"))
+            };
+            assert_eq!(
+                stored(&ours.template),
+                stored(&theirs.template),
+                "{at}: pod template"
+            );
+            compared += 1;
+        }
+    }
+    assert_eq!(compared, 30 * 4);
+}
