@@ -1,0 +1,86 @@
+//! The watches that only feed a cache and trigger others' reconciles: Secrets (metadata only)
+//! and the pods of versioned Deployments.
+
+use futures::future::BoxFuture;
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
+use kube::api::PartialObjectMeta;
+use kube::runtime::WatchStreamExt;
+use kube::runtime::reflector::{ObjectRef, store::Writer};
+use kube::runtime::watcher;
+use twc_api::{ConnectionKind, labels};
+
+use super::caches::ScopeCaches;
+use super::triggers::objects;
+use super::{Shared, api, watch_config};
+use crate::connections::{self, ConnectionStores};
+use crate::scoped::trim;
+use crate::worker_pods::CachedPod;
+
+/// Secrets (metadata only): a change re-queues the WorkerDeployments whose connection names
+/// that Secret in that namespace.
+pub(super) fn secrets(
+    shared: &Shared,
+    stores: &ConnectionStores,
+    cache: &ScopeCaches,
+    writer: Writer<PartialObjectMeta<Secret>>,
+) -> BoxFuture<'static, ()> {
+    let (client, access, scope) = (&shared.client, &shared.access, &cache.scope);
+    let (s, idx, st) = (shared.senders.clone(), shared.index.clone(), stores.clone());
+    let secrets = watcher::watcher(
+        api::<PartialObjectMeta<Secret>>(client, scope),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(trim)
+    .inspect({
+        let (access, sc) = (access.clone(), scope.clone());
+        move |item| access.saw("", "secrets", sc.as_deref(), item)
+    })
+    .reflect(writer)
+    .inspect_ok(move |ev| {
+        for secret in objects(ev) {
+            let ns = secret.namespace().unwrap_or_default();
+            let name = secret.name_any();
+            let users = idx.users_in_namespace(&ns).into_iter().filter(|(_, conn)| {
+                let spec = match conn.kind {
+                    ConnectionKind::Connection => {
+                        st.connections.get(&ns, &conn.name).map(|c| c.spec.clone())
+                    }
+                    ConnectionKind::ClusterConnection => st
+                        .cluster_connections
+                        .as_ref()
+                        .and_then(|c| c.get(&ObjectRef::new(&conn.name)))
+                        .map(|c| c.spec.clone()),
+                };
+                spec.is_some_and(|spec| connections::secret_names(&spec).contains(&name))
+            });
+            s.workers(users.map(|(wd, _)| wd));
+        }
+    });
+    Box::pin(secrets.for_each(|_| async {}))
+}
+
+/// The pods of versioned Deployments (only ours, by label), reduced to their troubles: a target
+/// that is not ready reads them here, with no request. Optional: without the permission (or
+/// before the cache fills) no trouble is seen, and a rollout waits the same, only its progress
+/// deadline says less; so no reconcile waits for this cache.
+pub(super) fn worker_pods(
+    shared: &Shared,
+    cache: &ScopeCaches,
+    writer: Writer<CachedPod>,
+) -> BoxFuture<'static, ()> {
+    let pods = watcher::watcher(
+        api::<CachedPod>(&shared.client, &cache.scope),
+        watch_config().labels(labels::DEPLOYMENT_NAME),
+    )
+    .default_backoff()
+    .inspect_err(|e| tracing::debug!("the worker pods' watch: {e}"))
+    .inspect_ok({
+        let names = cache.pod_names.clone();
+        move |ev| names.apply(ev)
+    })
+    .reflect(writer);
+    Box::pin(pods.for_each(|_| async {}))
+}
