@@ -364,15 +364,11 @@ async fn pipeline(
     let temporal = temporal?;
     warn_of_certificate_expiry(wd, ctx, &resolved, &temporal, now).await;
 
-    // The caches, once.
-    let mut observed = observe::kubernetes(wd, ctx, now);
-    let target = plan::target(wd, &observed.deployments).0;
-    observe::target_pods(wd, ctx, &mut observed, &target);
-    phases.mark("pods");
-
-    // How to know Temporal's state.
+    // How to know Temporal's state, from what the caches show now.
+    let looked = observe::kubernetes(wd, ctx, now);
+    let target = plan::target(wd, &looked.deployments).0;
     let remembered = ctx.memories.get(&key(wd)).read;
-    let listing = if know::wants_listing(remembered.as_ref(), &observed) {
+    let listing = if know::wants_listing(remembered.as_ref(), &looked) {
         ctx.reads.listing(&temporal.conn, &temporal.pool_key).await
     } else {
         None
@@ -382,7 +378,7 @@ async fn pipeline(
         &know::Deciding {
             remembered: remembered.as_ref(),
             listing: listing.as_ref(),
-            snapshot: &observed,
+            snapshot: &looked,
             target: &target,
             pool_key: &temporal.pool_key,
             deployment: &temporal.deployment_name,
@@ -392,18 +388,22 @@ async fn pipeline(
     );
     let read = |priority| read_state(wd, ctx, &temporal, &target, priority, now);
     let mut fresh = !knowing.stands_in();
-    match knowing {
-        know::Knowing::Reuse { state, target } => {
-            observed.temporal = *state;
-            if let Some(t) = target {
-                observed.target = *t;
-            }
-        }
-        know::Knowing::Absent => observed.temporal = Default::default(),
+    let (state, known_target) = match knowing {
+        know::Knowing::Reuse { state, target } => (*state, target.map(|t| *t)),
+        know::Knowing::Absent => (DeploymentState::default(), None),
         know::Knowing::Read(priority) => match read(priority).await? {
-            ControlFlow::Continue((state, t)) => (observed.temporal, observed.target) = (state, t),
+            ControlFlow::Continue((state, t)) => (state, Some(t)),
             ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
         },
+    };
+    // What the plan acts on: the caches as they are after the waits for the listing, the
+    // budget and the read (a scaler that appeared meanwhile owns the replicas), the target's
+    // pods, and Temporal's state as known.
+    let mut observed = observe::kubernetes(wd, ctx, now);
+    observe::target_pods(wd, ctx, &mut observed, &target);
+    observed.temporal = state;
+    if let Some(t) = known_target {
+        observed.target = t;
     }
     phases.mark("read");
 
@@ -424,6 +424,9 @@ async fn pipeline(
             ControlFlow::Break(at) => return Ok(ControlFlow::Break(at)),
         }
         fresh = true;
+        // The caches again after that wait; the pods' troubles stand.
+        let again = observe::kubernetes(wd, ctx, now);
+        (observed.deployments, observed.autoscaled) = (again.deployments, again.autoscaled);
         gate_input = gate_inputs(&observed).await;
         phases.mark("read");
         plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
