@@ -25,5 +25,8 @@ pub mod workerdeployment;
 pub mod writes;
 pub mod wrt;
 
+#[cfg(test)]
+mod layout;
+
 pub use controller::Config;
 pub use manager::run;
