@@ -423,31 +423,45 @@ async fn metrics_answer_only_a_token_allowed_to_read_them() -> TestResult {
 }
 
 /// What the controller remembers of each WorkerDeployment between reconciles lives in one
-/// store whose entries go with their WorkerDeployment: a thousand waiting for pods that never
-/// come (what their target's pods showed is remembered), then deleted without a cleanup
-/// (their finalizer removed by hand, so only the watch's deletion says they are gone), leave
-/// nothing behind.
+/// store whose entries go with their WorkerDeployment: a thousand whose Temporal cannot be
+/// dialled (their failure streak is remembered), then deleted without a cleanup (their
+/// finalizer removed by hand, so only the watch's deletion says they are gone), leave nothing
+/// behind. On a control plane of its own: a thousand objects must not slow the other tests.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_deleted_worker_deployments_leave_nothing_remembered() -> TestResult {
     use futures::{StreamExt, stream};
-    use kube::api::DeleteParams;
+    use kube::api::{DeleteParams, PostParams};
     const N: usize = 1000;
-    let w = world(false).await?;
-    let admin = w.client().await;
-    let ns = w.tenant("remembered").await;
-    let cc = format!("remembered-{ns}");
-    w.cluster_connection(&cc).await;
+    let (cp, _dir) = own_control_plane("remembered").await?;
+    let client = cp.client().await?;
+    twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
+    let ns = "remembered";
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &from_json(json!({"metadata": {"name": ns}})),
+        )
+        .await?;
+    // Nothing listens there: every reconcile fails to dial, and backs off.
+    Api::<twc_api::ClusterConnection>::all(client.clone())
+        .create(
+            &PostParams::default(),
+            &from_json(json!({
+                "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+                "metadata": {"name": "unreachable"},
+                "spec": {"hostPort": "127.0.0.1:1"}
+            })),
+        )
+        .await?;
     let mut replica = start_replica(
-        &format!("remembered-{ns}"),
-        &w.env.control_plane.kubeconfig_path,
-        &["--watch-namespaces", &ns, "--identity", "remembered-test"],
+        "remembered",
+        &cp.kubeconfig_path,
+        &["--identity", "remembered-test"],
     );
     let series = "twc_worker_deployments_remembered";
     let remembered = |metrics: &str| sample(metrics, series).unwrap_or(-1.0);
     let names: Vec<String> = (0..N).map(|i| format!("w{i}")).collect();
-    // One Temporal namespace for all (registering one each would meet the server's limit).
-    let temporal_ns = w.env.temporal_namespace().await?;
-    let api: Api<WorkerDeployment> = Api::namespaced(admin.clone(), &ns);
+    let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
     stream::iter(&names)
         .for_each_concurrent(16, |name| {
             let wd: WorkerDeployment = from_json(json!({
@@ -455,7 +469,7 @@ async fn a_thousand_deleted_worker_deployments_leave_nothing_remembered() -> Tes
                 "metadata": {"name": name},
                 "spec": {
                     "replicas": 1,
-                    "workerOptions": {"connectionRef": cluster_ref(&cc), "temporalNamespace": temporal_ns},
+                    "workerOptions": {"connectionRef": cluster_ref("unreachable"), "temporalNamespace": "default"},
                     "rollout": {"strategy": "AllAtOnce"},
                     "sunset": {},
                     "template": {"spec": {"containers": [{"name": "worker", "image": "never:v1"}]}}
@@ -463,7 +477,7 @@ async fn a_thousand_deleted_worker_deployments_leave_nothing_remembered() -> Tes
             }));
             let api = api.clone();
             async move {
-                if let Err(e) = api.create(&Default::default(), &wd).await {
+                if let Err(e) = api.create(&PostParams::default(), &wd).await {
                     panic!("create {name}: {e}");
                 }
             }
