@@ -7,11 +7,11 @@
 //! its authenticated `/metrics` with a ServiceAccount token that the chart's metrics-reader
 //! ClusterRole allows.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use k8s_openapi::api::core::v1::{Namespace, Pod};
+use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::rbac::v1::ClusterRoleBinding;
 use kube::Client;
 use kube::api::{Api, ListParams, PostParams};
@@ -94,59 +94,9 @@ pub async fn start(dir: &Path) -> anyhow::Result<NodeEnv> {
 /// drainage refresh interval (the dev server's is 1 s here; the default, 180 s, is Temporal's
 /// production default).
 pub async fn install(env: &NodeEnv) -> anyhow::Result<()> {
-    let kubeconfig = env.control_plane.kubeconfig_path.display().to_string();
-    helm(&[
-        "install",
-        "twc-crds",
-        "charts/temporal-worker-controller-crds",
-        "--kubeconfig",
-        &kubeconfig,
-        "--wait",
-    ])
-    .await?;
-    let client = env.client().await?;
-    let ns: Namespace = serde_json::from_value(json!({"metadata": {"name": SYSTEM}}))?;
-    Api::<Namespace>::all(client)
-        .create(&PostParams::default(), &ns)
-        .await?;
-    env.enforce_pod_security(SYSTEM, "restricted").await?;
-    helm(&[
-        "install",
-        RELEASE,
-        "charts/temporal-worker-controller",
-        "--namespace",
-        SYSTEM,
-        "--kubeconfig",
-        &kubeconfig,
-        "--set",
-        "drainagePollSeconds=1",
-        "--wait",
-        "--timeout",
-        "4m",
-    ])
-    .await
-}
-
-async fn helm(args: &[&str]) -> anyhow::Result<()> {
-    let out = tokio::process::Command::new(paths::helm())
-        .args(args)
-        .current_dir(workspace())
-        .output()
-        .await
-        .with_context(|| format!("running {}", paths::helm().display()))?;
-    if !out.status.success() {
-        bail!(
-            "helm {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        );
-    }
-    Ok(())
-}
-
-fn workspace() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+    Ok(env
+        .install_charts(RELEASE, SYSTEM, &["drainagePollSeconds=1"])
+        .await?)
 }
 
 /// The controller as the chart runs it: its pod, read from outside.

@@ -1,7 +1,6 @@
 //! The node, the servers and the controller installed by its chart, shared by the tests of
 //! this binary; tenants with a Connection.
 
-use std::path::PathBuf;
 use std::sync::OnceLock;
 
 use crate::{RELEASE, SYSTEM};
@@ -72,65 +71,17 @@ fn start() -> Result<Cluster, String> {
 /// pod's `/readyz` probe. Temporal's test server drains in a second, so the controller polls
 /// drainage every second (a value a user sets the same way).
 async fn install(env: &NodeEnv) -> Result<(), String> {
-    let kubeconfig = env.control_plane.kubeconfig_path.display().to_string();
-    helm(&[
-        "install",
-        "twc-crds",
-        "charts/temporal-worker-controller-crds",
-        "--kubeconfig",
-        &kubeconfig,
-        "--wait",
-    ])
-    .await?;
-    let client = env.client().await.map_err(|e| e.to_string())?;
-    let ns: k8s_openapi::api::core::v1::Namespace =
-        serde_json::from_value(json!({"metadata": {"name": SYSTEM}})).map_err(|e| e.to_string())?;
-    Api::all(client)
-        .create(&PostParams::default(), &ns)
-        .await
-        .map_err(|e| e.to_string())?;
-    env.enforce_pod_security(SYSTEM, "restricted")
-        .await
-        .map_err(|e| e.to_string())?;
-    helm(&[
-        "install",
+    env.install_charts(
         RELEASE,
-        "charts/temporal-worker-controller",
-        "-n",
         SYSTEM,
-        "--kubeconfig",
-        &kubeconfig,
-        "--set",
-        "fastPollSeconds=1",
-        "--set",
-        "drainagePollSeconds=1",
-        "--set",
-        "steadyPollSeconds=10",
-        "--wait",
-        "--timeout",
-        "4m",
-    ])
+        &[
+            "fastPollSeconds=1",
+            "drainagePollSeconds=1",
+            "steadyPollSeconds=10",
+        ],
+    )
     .await
-    .map(|_| ())
-}
-
-pub(crate) async fn helm(args: &[&str]) -> Result<String, String> {
-    let out = tokio::process::Command::new(paths::helm())
-        .args(args)
-        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
-        .output()
-        .await
-        .map_err(|e| format!("helm: {e}"))?;
-    if out.status.success() {
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-    } else {
-        Err(format!(
-            "helm {}: {}{}",
-            args.join(" "),
-            String::from_utf8_lossy(&out.stderr),
-            String::from_utf8_lossy(&out.stdout)
-        ))
-    }
+    .map_err(|e| e.to_string())
 }
 
 /// A tenant namespace with a Connection to Temporal as pods reach it.

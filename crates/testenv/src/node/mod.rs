@@ -487,6 +487,52 @@ impl NodeEnv {
         self.node.check_running()
     }
 
+    /// `helm install` of both charts as a user runs them: the CRDs chart, then the controller
+    /// chart as `release` with its default image into `namespace`, created here enforcing the
+    /// restricted Pod Security Standard, with `values` (`key=value`, each a `--set`), waiting
+    /// (`--wait`) until its Deployment is available: the kubelet decides that through the
+    /// pod's `/readyz` probe.
+    pub async fn install_charts(
+        &self,
+        release: &str,
+        namespace: &str,
+        values: &[&str],
+    ) -> Result<(), Error> {
+        let kubeconfig = self.control_plane.kubeconfig_path.display().to_string();
+        helm(&[
+            "install",
+            &format!("{release}-crds"),
+            "charts/temporal-worker-controller-crds",
+            "--kubeconfig",
+            &kubeconfig,
+            "--wait",
+        ])
+        .await?;
+        let ns: Namespace =
+            serde_json::from_value(serde_json::json!({"metadata": {"name": namespace}}))
+                .map_err(|e| Error::Other(e.to_string()))?;
+        Api::<Namespace>::all(self.client().await?)
+            .create(&Default::default(), &ns)
+            .await?;
+        self.enforce_pod_security(namespace, "restricted").await?;
+        let mut args = vec![
+            "install",
+            release,
+            "charts/temporal-worker-controller",
+            "--namespace",
+            namespace,
+            "--kubeconfig",
+            &kubeconfig,
+            "--wait",
+            "--timeout",
+            "4m",
+        ];
+        for v in values {
+            args.extend(["--set", v]);
+        }
+        helm(&args).await.map(|_| ())
+    }
+
     /// Labels `namespace` to enforce a Pod Security Standard level (`restricted`, ...).
     pub async fn enforce_pod_security(&self, namespace: &str, level: &str) -> Result<(), Error> {
         use kube::api::{Patch, PatchParams};
@@ -501,4 +547,23 @@ impl NodeEnv {
             .await?;
         Ok(())
     }
+}
+
+/// Runs the provisioned `helm` in the workspace with `args`; its standard output.
+pub async fn helm(args: &[&str]) -> Result<String, Error> {
+    let out = tokio::process::Command::new(paths::helm())
+        .args(args)
+        .current_dir(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.."))
+        .output()
+        .await
+        .map_err(|e| Error::Other(format!("running {}: {e}", paths::helm().display())))?;
+    if !out.status.success() {
+        return Err(Error::Other(format!(
+            "helm {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
