@@ -171,10 +171,19 @@ pub fn deadline(wd: &WorkerDeployment) -> Option<Duration> {
 /// planner's gate verdict). A failed ramp step's gate is: work reached the build.
 pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard {
     let now = observed.now;
-    let controls = controls(wd);
+    let mut controls = controls(wd);
     let previous = wd.status.clone().unwrap_or_default();
     let mut acted = previous.controls.clone().unwrap_or_default();
     acted.paused = controls.paused;
+    // A promotion asked for is done once its build is current, whoever made it so and
+    // whether or not the status that recorded it was written (the write can fail after the
+    // routing change): without this, an abort and a retry would promote the build again.
+    if let Some(build) = controls
+        .promote
+        .take_if(|b| observed.temporal.current_build_id.as_ref() == Some(b))
+    {
+        acted.promoted_build_id = Some(build);
+    }
     if let Some(r) = &controls.retry {
         acted.retry = Some(r.clone());
     }

@@ -276,6 +276,52 @@ fn pause_holds_routing_and_promote_skips_the_steps() {
         Some(Routing::SetRamp(target, 50.0))
     );
 }
+/// The promotion happened but its status was never written (the write failed after the
+/// routing change): seeing the build current records the promotion, so after an abort and a
+/// retry while paused the build is not promoted a second time.
+#[test]
+fn a_promotion_seen_current_is_recorded_even_if_its_status_was_lost() {
+    let wd = wd("Progressive", "w:v2");
+    let target = target_of(&wd);
+    let asked = annotated(
+        annotated(targeted(wd, &target, t(0)), PAUSED, "true"),
+        PROMOTE,
+        &target,
+    );
+    let promoted = world(&asked)
+        .at(t(30))
+        .deployment("v1", None)
+        .version("v1", VersionStatus::Draining)
+        .last_current("v1", t(10))
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Current)
+        .current(&target)
+        .build();
+    let p = plan(&asked, &conn(), &me(), &promoted);
+    assert_eq!(p.routing, None);
+    assert_eq!(
+        p.controls.promoted_build_id.as_deref(),
+        Some(target.as_str())
+    );
+
+    // Aborted (v1 current again, the mark recorded), then retried while still paused.
+    let mut retried = failed(asked, &target, ABORTED);
+    retried.status.get_or_insert_with(Default::default).controls = Some(p.controls.clone());
+    let retried = annotated(retried, RETRY, "2026-12-03T17:00:00Z");
+    let back = world(&retried)
+        .at(t(60))
+        .deployment("v1", None)
+        .version("v1", VersionStatus::Current)
+        .current("v1")
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Draining)
+        .last_current(&target, t(40))
+        .build();
+    let p = plan(&retried, &conn(), &me(), &back);
+    assert_eq!(p.failure, None);
+    assert_eq!(p.routing, None, "paused, and promoted once already");
+}
+
 #[test]
 fn analysis_judges_each_step_by_the_workflows_closed_on_the_build() {
     let mut wd = wd("Progressive", "w:v2");
