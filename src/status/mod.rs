@@ -167,11 +167,32 @@ async fn count_open(
             .await
             .map(|c| c.spec)
             .map_err(|e| format!("Connection {ns}/{}: {e}", key.name))?,
-        ConnectionKind::ClusterConnection => Api::<ClusterConnection>::all(client.clone())
-            .get(&key.name)
-            .await
-            .map(|c| c.spec)
-            .map_err(|e| format!("ClusterConnection {}: {e}", key.name))?,
+        ConnectionKind::ClusterConnection => {
+            let cc = Api::<ClusterConnection>::all(client.clone())
+                .get(&key.name)
+                .await
+                .map_err(|e| format!("ClusterConnection {}: {e}", key.name))?;
+            // What the controller may not dial for this WorkerDeployment, twc does not either.
+            let labels = match cc.spec.sharing.uses_labels() {
+                true => Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone())
+                    .get(&ns)
+                    .await
+                    .ok()
+                    .map(|n| n.labels().clone()),
+                false => None,
+            };
+            let temporal_ns = &wd.spec.worker_options.temporal_namespace;
+            match cc.spec.sharing.judge(&ns, labels.as_ref(), temporal_ns) {
+                twc_api::sharing::Verdict::Allowed => cc.spec.connection,
+                twc_api::sharing::Verdict::Refused(why)
+                | twc_api::sharing::Verdict::Unknown(why) => {
+                    return Err(format!(
+                        "ClusterConnection {} does not allow it: {why}",
+                        key.name
+                    ));
+                }
+            }
+        }
     };
     let temporal_ns = &wd.spec.worker_options.temporal_namespace;
     let pool = ClientPool::new("twc-status");

@@ -12,6 +12,8 @@ use kube::core::{ClusterResourceScope, ObjectMeta, Resource};
 use kube::{CustomResource, KubeSchema};
 use serde::{Deserialize, Serialize};
 
+use crate::sharing::Sharing;
+
 /// Pattern of a Kubernetes object name we accept in references (a DNS-1123 label).
 pub const NAME_PATTERN: &str = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$";
 
@@ -132,6 +134,17 @@ pub struct ConnectionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub users: Vec<String>,
 
+    /// ClusterConnection only: how many WorkerDeployments reference it but are refused by
+    /// `spec.allowedNamespaces` or `spec.allowedTemporalNamespaces` (reason
+    /// `ConnectionNotAllowed`). They are not counted in `usedBy` and do not keep it from being
+    /// deleted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub refused: Option<i32>,
+
+    /// The first 20 refused WorkerDeployments, as `namespace/name` in name order.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub refused_users: Vec<String>,
+
     /// Latest observations of the connection's state. `Ready` is True when at least one user
     /// reaches Temporal through it with its credentials (reason `Reachable`), False when none
     /// does (the reason and message of the first failing user, such as
@@ -155,17 +168,31 @@ pub struct ClusterConnection {
     pub api_version: String,
     pub kind: String,
     pub metadata: ObjectMeta,
-    pub spec: ConnectionSpec,
+    pub spec: ClusterConnectionSpec,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<ConnectionStatus>,
+}
+
+/// A ClusterConnection's spec: a Connection's, and who may use it ([`Sharing`]).
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ClusterConnectionSpec {
+    #[serde(flatten)]
+    pub connection: ConnectionSpec,
+    #[serde(flatten)]
+    pub sharing: Sharing,
 }
 
 impl ClusterConnection {
     pub const KIND: &'static str = "ClusterConnection";
     pub const PLURAL: &'static str = "clusterconnections";
 
-    /// A ClusterConnection named `name`.
+    /// A ClusterConnection named `name`, open to every namespace.
     pub fn new(name: &str, spec: ConnectionSpec) -> Self {
+        Self::shared(name, spec, Sharing::default())
+    }
+
+    /// A ClusterConnection named `name`, for those `sharing` allows.
+    pub fn shared(name: &str, connection: ConnectionSpec, sharing: Sharing) -> Self {
         Self {
             api_version: crate::API_VERSION.into(),
             kind: Self::KIND.into(),
@@ -173,7 +200,10 @@ impl ClusterConnection {
                 name: Some(name.into()),
                 ..Default::default()
             },
-            spec,
+            spec: ClusterConnectionSpec {
+                connection,
+                sharing,
+            },
             status: None,
         }
     }

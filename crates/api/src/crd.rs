@@ -2,11 +2,12 @@
 //! `hack/generate.sh` writes them into the repository (checked for drift in CI).
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
-    CustomResourceDefinition, JSONSchemaProps, JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
+    CustomResourceColumnDefinition, CustomResourceDefinition, JSONSchemaProps,
+    JSONSchemaPropsOrArray, JSONSchemaPropsOrBool,
 };
 use kube::CustomResourceExt;
 
-use crate::{ClusterConnection, Connection, WorkerDeployment, WorkerResourceTemplate};
+use crate::{ClusterConnection, Connection, Sharing, WorkerDeployment, WorkerResourceTemplate};
 
 /// Every CRD of the `temporal.io` group this controller serves, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
@@ -54,9 +55,27 @@ fn strip_descriptions(schema: &mut JSONSchemaProps) {
     }
 }
 
-/// The ClusterConnection CRD: Connection's schema, cluster-scoped.
+/// The schema of `T` as kube's derive makes one for a CRD (inlined, structural).
+fn crd_schema<T: schemars::JsonSchema>() -> JSONSchemaProps {
+    let generator = schemars::generate::SchemaSettings::openapi3()
+        .with(|s| {
+            s.inline_subschemas = true;
+            s.meta_schema = None;
+        })
+        .with_transform(schemars::transform::AddNullable::default())
+        .with_transform(kube::core::schema::StructuralSchemaRewriter)
+        .with_transform(kube::core::schema::OptionalEnum)
+        .into_generator();
+    serde_json::to_value(generator.into_root_schema_for::<T>())
+        .and_then(serde_json::from_value)
+        .unwrap_or_default()
+}
+
+/// The ClusterConnection CRD: Connection's schema, cluster-scoped, with the fields of
+/// [`Sharing`] in its spec and the refused users in a column.
 pub fn cluster_connection() -> CustomResourceDefinition {
     let mut crd = Connection::crd();
+    let sharing = crd_schema::<Sharing>();
     crd.metadata.name = Some(format!("{}.{}", ClusterConnection::PLURAL, crate::GROUP));
     crd.spec.scope = "Cluster".into();
     crd.spec.names.kind = ClusterConnection::KIND.into();
@@ -64,6 +83,35 @@ pub fn cluster_connection() -> CustomResourceDefinition {
     crd.spec.names.singular = Some("clusterconnection".into());
     crd.spec.names.list_kind = Some("ClusterConnectionList".into());
     for version in &mut crd.spec.versions {
+        let columns = version
+            .additional_printer_columns
+            .get_or_insert_with(Vec::new);
+        let at = columns.len().saturating_sub(2);
+        columns.insert(
+            at,
+            CustomResourceColumnDefinition {
+                name: "Refused".into(),
+                type_: "integer".into(),
+                json_path: ".status.refused".into(),
+                description: Some(
+                    "WorkerDeployments refused by spec.allowedNamespaces or spec.allowedTemporalNamespaces"
+                        .into(),
+                ),
+                ..Default::default()
+            },
+        );
+        if let Some(spec) = version
+            .schema
+            .as_mut()
+            .and_then(|s| s.open_api_v3_schema.as_mut())
+            .and_then(|root| root.properties.as_mut())
+            .and_then(|p| p.get_mut("spec"))
+        {
+            let properties = spec.properties.get_or_insert_with(Default::default);
+            for (name, schema) in sharing.properties.clone().into_iter().flatten() {
+                properties.insert(name, schema);
+            }
+        }
         if let Some(schema) = version
             .schema
             .as_mut()
@@ -164,6 +212,16 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
         "Only one of mutualTLSSecretRef or apiKeySecretRef may be set",
     ),
     (
+        "clusterconnections",
+        "self.from != 'Selector' || has(self.selector)",
+        "selector is required when from is Selector",
+    ),
+    (
+        "clusterconnections",
+        "self.from == 'Selector' || !has(self.selector)",
+        "selector may only be set when from is Selector",
+    ),
+    (
         "workerresourcetemplates",
         "has(self.workerDeploymentRef) || has(self.temporalWorkerDeploymentRef)",
         "workerDeploymentRef is required",
@@ -246,7 +304,15 @@ mod tests {
                 .map(|v| v["openAPIV3Schema"]["properties"]["spec"].clone())
                 .unwrap_or_default()
         };
-        assert_eq!(spec(&conn), spec(&cc));
+        // Connection's spec, plus who may use it.
+        let mut shared = spec(&cc);
+        for field in ["allowedNamespaces", "allowedTemporalNamespaces"] {
+            let removed = shared["properties"]
+                .as_object_mut()
+                .and_then(|p| p.remove(field));
+            assert!(removed.is_some(), "{field} missing");
+        }
+        assert_eq!(spec(&conn), shared);
     }
 
     #[test]

@@ -7,13 +7,15 @@ pub mod connection;
 pub mod crd;
 pub mod duration;
 mod schema;
+pub mod sharing;
 pub mod worker_deployment;
 pub mod worker_resource_template;
 
 pub use connection::{
-    AuthMode, ClusterConnection, Connection, ConnectionSpec, ConnectionStatus, ConnectionTls,
-    SecretReference,
+    AuthMode, ClusterConnection, ClusterConnectionSpec, Connection, ConnectionSpec,
+    ConnectionStatus, ConnectionTls, SecretReference,
 };
+pub use sharing::{AllowedNamespaces, FromNamespaces, Sharing};
 pub use worker_deployment::*;
 pub use worker_resource_template::*;
 
@@ -118,4 +120,9 @@ pub mod conditions {
     pub const CONNECTION_REACHABLE: &str = "Reachable";
     pub const CONNECTION_NOT_USED: &str = "NotUsed";
     pub const CONNECTION_PENDING: &str = "Pending";
+
+    /// Not in TWC: `Ready`/`Progressing` False because the referenced ClusterConnection does not
+    /// allow this WorkerDeployment (its namespace, or its Temporal namespace); the message names
+    /// the rule. Nothing of it is read or changed until it is allowed.
+    pub const CONNECTION_NOT_ALLOWED: &str = "ConnectionNotAllowed";
 }

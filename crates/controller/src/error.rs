@@ -62,6 +62,11 @@ pub enum Error {
     #[error("{0}")]
     ConnectionNotFound(String),
 
+    /// The referenced ClusterConnection does not allow this WorkerDeployment (its namespace or
+    /// its Temporal namespace), or cannot tell yet; the message names the rule.
+    #[error("{0}")]
+    ConnectionNotAllowed(String),
+
     /// The credential Secret is missing or unusable.
     #[error("{0}")]
     AuthSecretInvalid(String),
@@ -193,6 +198,7 @@ impl Error {
         let (reason, retry, warning) = match self {
             Error::InvalidSpec(_) => (reason::INVALID_SPEC, Retry::Steady, true),
             Error::ConnectionNotFound(_) => (reason::CONNECTION_NOT_FOUND, Retry::Steady, true),
+            Error::ConnectionNotAllowed(_) => (reason::CONNECTION_NOT_ALLOWED, Retry::Steady, true),
             Error::AuthSecretInvalid(_) => (reason::AUTH_SECRET_INVALID, Retry::Steady, true),
             Error::GateInput(_) => (reason::PLAN_GENERATION_FAILED, Retry::Steady, true),
             Error::TemporalServerUnsupported { .. } => {

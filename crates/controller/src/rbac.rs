@@ -114,6 +114,8 @@ pub fn cluster_scoped_rules() -> Vec<PolicyRule> {
             &["clusterconnections/finalizers"],
             &["update"],
         ),
+        // The labels a ClusterConnection's `allowedNamespaces` selector matches (read only).
+        rule("", &["namespaces"], &["get", "list", "watch"]),
     ];
     rules.extend(always_cluster_rules());
     rules

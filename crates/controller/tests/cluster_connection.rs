@@ -10,6 +10,8 @@ mod lifecycle;
 mod reporting;
 #[path = "cluster_connection/sharing.rs"]
 mod sharing;
+#[path = "cluster_connection/tenancy.rs"]
+mod tenancy;
 
 use std::time::Duration;
 

@@ -31,6 +31,22 @@ const ADMIN_TOKEN_USER: &str = "twc-admin";
 /// The `kubernetes` Service's ClusterIP: the first address of `--service-cluster-ip-range`.
 pub const KUBERNETES_SERVICE_IP: &str = "10.96.0.1";
 
+/// The apiserver's audit log, in the control plane's directory.
+const AUDIT_LOG: &str = "kube-apiserver-audit.log";
+
+/// What the apiserver audits: reads of Secrets (their metadata, never their data), nothing else.
+const SECRET_READS_AUDIT: &str = r#"apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: ["RequestReceived"]
+rules:
+- level: Metadata
+  resources:
+  - group: ""
+    resources: ["secrets"]
+  verbs: ["get", "list", "watch"]
+- level: None
+"#;
+
 /// Options for [`ControlPlane::start`].
 #[derive(Clone, Debug)]
 pub struct ControlPlaneOptions {
@@ -118,6 +134,7 @@ impl ControlPlane {
             ("sa.key", sa_key),
             ("sa.pub", sa_pub),
             ("tokens.csv", tokens),
+            ("audit-policy.yaml", SECRET_READS_AUDIT.to_string()),
         ];
         for (name, content) in &files {
             let p = pki.join(name);
@@ -181,6 +198,13 @@ impl ControlPlane {
             "--allow-privileged=true".into(),
             "--profiling=false".into(),
             format!("--cert-dir={}", pki.join("generated").display()),
+            // Who read which Secret: tests prove what the controller never reads.
+            format!(
+                "--audit-policy-file={}",
+                pki.join("audit-policy.yaml").display()
+            ),
+            format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()),
+            "--audit-log-format=json".into(),
         ];
         if opts.node.is_some() {
             // Loopback for the host's clients, the bridge for pods (through kube-proxy); the
@@ -364,6 +388,30 @@ impl ControlPlane {
                 _ => tokio::time::sleep(Duration::from_millis(100)).await,
             }
         }
+    }
+
+    /// The reads of Secrets in `namespace` the apiserver served (get, list, watch of one
+    /// namespace; a list or watch across all namespaces is not one), from its audit log, as
+    /// (verb, Secret name or "" for a list, user name).
+    pub fn secret_reads(&self, namespace: &str) -> Vec<(String, String, String)> {
+        let log = std::fs::read_to_string(self.log_dir.join(AUDIT_LOG)).unwrap_or_default();
+        // A watch is logged when its response starts and again when it completes: once each.
+        let mut seen = std::collections::HashSet::new();
+        log.lines()
+            .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
+            .filter(|e| seen.insert(e["auditID"].as_str().unwrap_or_default().to_string()))
+            .filter(|e| {
+                e["objectRef"]["resource"] == "secrets" && e["objectRef"]["namespace"] == namespace
+            })
+            .map(|e| {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                (
+                    text(&e["verb"]),
+                    text(&e["objectRef"]["name"]),
+                    text(&e["user"]["username"]),
+                )
+            })
+            .collect()
     }
 
     /// Where the logs of etcd, kube-apiserver and kube-controller-manager are.

@@ -192,6 +192,46 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
         }
     }
 
+    // Who may use a ClusterConnection: a selector goes with `from: Selector`, and only then.
+    let ccs = api(&client, &ns, "ClusterConnection");
+    let cc = format!("shared-{ns}");
+    assert_rejected(
+        &ccs,
+        "ClusterConnection with from: Selector and no selector",
+        set(
+            minimal_connection("ClusterConnection", &cc),
+            "spec/allowedNamespaces",
+            json!({"from": "Selector"}),
+        ),
+        "selector is required when from is Selector",
+    )
+    .await;
+    assert_rejected(
+        &ccs,
+        "ClusterConnection with a selector and from left at All",
+        set(
+            minimal_connection("ClusterConnection", &cc),
+            "spec/allowedNamespaces",
+            json!({"selector": {"matchLabels": {"team": "a"}}}),
+        ),
+        "selector may only be set when from is Selector",
+    )
+    .await;
+    let shared = create(
+        &ccs,
+        set(
+            set(
+                minimal_connection("ClusterConnection", &cc),
+                "spec/allowedNamespaces",
+                json!({"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}),
+            ),
+            "spec/allowedTemporalNamespaces",
+            json!(["payments", "team-a-*"]),
+        ),
+    )
+    .await?;
+    ccs.delete(&shared.name_any(), &Default::default()).await?;
+
     let wrts = api(&client, &ns, "WorkerResourceTemplate");
     let wrt = json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",

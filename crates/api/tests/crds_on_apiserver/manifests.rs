@@ -244,14 +244,29 @@ async fn cluster_connection_round_trips_through_the_typed_api() -> TestResult {
         }),
         ..Default::default()
     };
+    // Who may use it survives the round trip too (a field the CRD did not know would be
+    // pruned in silence).
+    let sharing = twc_api::Sharing {
+        allowed_namespaces: Some(twc_api::AllowedNamespaces {
+            from: twc_api::FromNamespaces::Selector,
+            selector: Some(
+                k8s_openapi::apimachinery::pkg::apis::meta::v1::LabelSelector {
+                    match_labels: Some([("team".to_string(), "a".to_string())].into()),
+                    ..Default::default()
+                },
+            ),
+        }),
+        allowed_temporal_namespaces: vec!["payments".into(), "team-a-*".into()],
+    };
     let created = api
         .create(
             &PostParams::default(),
-            &ClusterConnection::new(&name, spec.clone()),
+            &ClusterConnection::shared(&name, spec.clone(), sharing.clone()),
         )
         .await?;
-    assert_eq!(created.spec, spec);
-    assert_eq!(api.get(&name).await?.spec, spec);
+    assert_eq!(created.spec.connection, spec);
+    assert_eq!(created.spec.sharing, sharing);
+    assert_eq!(api.get(&name).await?.spec.connection, spec);
     api.delete(&name, &Default::default()).await?;
     Ok(())
 }

@@ -14,9 +14,11 @@ use kube::{Resource, ResourceExt};
 use serde::de::DeserializeOwned;
 use twc_api::{ClusterConnection, Connection, ConnectionStatus, FINALIZER};
 
-use super::index::{ConnKey, UsageIndex};
+use super::index::{ConnKey, Reach, UsageIndex, WdKey};
 use super::status;
+use crate::cached::AsWorkerDeployment;
 use crate::writes::{self, Swap};
+use twc_api::sharing::Verdict;
 
 /// What the finalizer reconcilers need.
 pub struct Context {
@@ -24,6 +26,50 @@ pub struct Context {
     pub index: UsageIndex,
     /// Where a Forbidden write is recorded (RBAC changed under the running controller).
     pub access: crate::access::Access,
+    /// How a ClusterConnection's users are judged by its policy (None: all allowed).
+    pub judge: Option<Judge>,
+}
+
+/// A connection's users: (allowed, with how they fared; refused by its policy).
+type Split = (Vec<(WdKey, Reach)>, Vec<WdKey>);
+
+/// What judging a ClusterConnection's users takes: the caches `resolve` judges them from.
+pub struct Judge {
+    pub stores: super::ConnectionStores,
+    pub worker_deployments: crate::scoped::Scoped<crate::cached::CachedWorkerDeployment>,
+}
+
+/// How long a ClusterConnection reconcile waits for the Namespace cache's first list.
+const NAMESPACES_WAIT: Duration = Duration::from_secs(1);
+
+impl Judge {
+    /// `users` split by `sharing`: those allowed (or not judged yet: they keep the finalizer
+    /// until known), and those refused.
+    async fn split(&self, sharing: &twc_api::Sharing, users: Vec<(WdKey, Reach)>) -> Option<Split> {
+        if sharing == &twc_api::Sharing::default() {
+            return Some((users, Vec::new()));
+        }
+        if sharing.uses_labels()
+            && let Some(namespaces) = &self.stores.namespaces
+            && tokio::time::timeout(NAMESPACES_WAIT, namespaces.wait_until_ready())
+                .await
+                .is_err()
+        {
+            return None;
+        }
+        let (mut allowed, mut refused) = (Vec::new(), Vec::new());
+        for (key, reach) in users {
+            let verdict = self
+                .worker_deployments
+                .get(&key.0, &key.1)
+                .map(|wd| super::admission(&wd.worker_deployment(), sharing, &self.stores));
+            match verdict {
+                Some(Verdict::Refused(_)) => refused.push(key),
+                _ => allowed.push((key, reach)),
+            }
+        }
+        Some((allowed, refused))
+    }
 }
 
 /// Reconciles a namespaced Connection's finalizer.
@@ -34,7 +80,8 @@ pub async fn reconcile_connection(
     let ns = conn.namespace().unwrap_or_default();
     let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ConnKey::connection(&ns, &conn.name_any());
-    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
+    let users = users(&ctx.index, conn.as_ref(), &key).map(|u| (u, Vec::new()));
+    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), users);
     let result = crate::metrics::counted("Connection", sync, |_| "KubernetesError").await;
     if let Err(e) = &result
         && let Some(message) = crate::access::forbidden_message(e)
@@ -52,7 +99,15 @@ pub async fn reconcile_cluster_connection(
 ) -> Result<Action, kube::Error> {
     let api: Api<ClusterConnection> = Api::all(ctx.client.clone());
     let key = ConnKey::cluster(&conn.name_any());
-    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), &ctx.index);
+    let users = users(&ctx.index, conn.as_ref(), &key);
+    let users = match (users, &ctx.judge) {
+        (Some(users), Some(judge)) => match judge.split(&conn.spec.sharing, users).await {
+            Some(split) => Some(split),
+            None => return Ok(Action::requeue(Duration::from_millis(500))),
+        },
+        (users, _) => users.map(|u| (u, Vec::new())),
+    };
+    let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), users);
     let result = crate::metrics::counted("ClusterConnection", sync, |_| "KubernetesError").await;
     if let Err(e) = &result
         && let Some(message) = crate::access::forbidden_message(e)
@@ -83,26 +138,33 @@ pub fn desired_finalizers(current: &[String], users: usize, deleting: bool) -> O
     }
 }
 
+/// The users of connection `obj` from the index, with how they fared; None until every
+/// WorkerDeployment has been seen ("no users" is not known before). A connection being deleted
+/// takes no new users: only those it had hold it (a new reference gets ConnectionNotFound
+/// instead, see `resolve`).
+fn users<K: Resource>(index: &UsageIndex, obj: &K, key: &ConnKey) -> Option<Vec<(WdKey, Reach)>> {
+    index
+        .is_ready()
+        .then(|| index.reach(key, obj.meta().deletion_timestamp.as_ref()))
+}
+
+/// Writes the finalizer and status of `obj` for its `users`: (allowed, refused), None when not
+/// known yet.
 async fn sync<K>(
     api: &Api<K>,
     obj: &K,
     key: &ConnKey,
     current: Option<&ConnectionStatus>,
-    index: &UsageIndex,
+    users: Option<Split>,
 ) -> Result<Action, kube::Error>
 where
     K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug,
 {
-    if !index.is_ready() {
-        // Until every WorkerDeployment has been seen, "no users" is not known.
+    let Some((users, refused)) = users else {
         return Ok(Action::requeue(Duration::from_millis(500)));
-    }
+    };
     let name = obj.name_any();
-    let deleted_at = obj.meta().deletion_timestamp.as_ref();
-    let deleting = deleted_at.is_some();
-    // A connection being deleted takes no new users: only those it had hold it (a new
-    // reference gets ConnectionNotFound instead, see `resolve`).
-    let users = index.reach(key, deleted_at);
+    let deleting = obj.meta().deletion_timestamp.is_some();
     if let Some(finalizers) = desired_finalizers(obj.finalizers(), users.len(), deleting) {
         let adding = finalizers.len() > obj.finalizers().len();
         match writes::swap_finalizers(api, obj, finalizers).await? {
@@ -120,7 +182,8 @@ where
     if deleting && users.is_empty() {
         return Ok(Action::await_change());
     }
-    let desired = status::desired(current, &users, obj.meta().generation, SystemTime::now());
+    let mut desired = status::desired(current, &users, obj.meta().generation, SystemTime::now());
+    status::refused(&mut desired, &refused);
     if current != Some(&desired) {
         writes::apply_status(api, &name, &desired).await?;
     }

@@ -8,12 +8,15 @@ pub mod status;
 
 use std::time::SystemTime;
 
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::reflector::{ObjectRef, Store};
 use kube::{Client, ResourceExt};
 use temporalio_client::Connection as TemporalConnection;
-use twc_api::{ClusterConnection, Connection, ConnectionKind, ConnectionSpec, WorkerDeployment};
+use twc_api::sharing::Verdict;
+use twc_api::{
+    ClusterConnection, Connection, ConnectionKind, ConnectionSpec, Sharing, WorkerDeployment,
+};
 
 use crate::error::{Error, Result};
 use crate::scoped::Scoped;
@@ -34,6 +37,9 @@ pub struct ConnectionStores {
     pub connections: Scoped<Connection>,
     /// `None` when the controller may not read ClusterConnections (namespace-scoped install).
     pub cluster_connections: Option<Store<ClusterConnection>>,
+    /// Namespaces' labels (metadata only), for ClusterConnections' `allowedNamespaces`
+    /// selectors; `None` when the controller may not watch Namespaces.
+    pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
     /// Watches that meet Forbidden now.
     pub access: crate::access::Access,
 }
@@ -74,16 +80,35 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
                     key.name
                 ))
             })?;
-            store
-                .get(&ObjectRef::new(&key.name))
-                .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.clone()))
-                .ok_or_else(|| {
-                    Error::ConnectionNotFound(format!(
-                        "ClusterConnection {} not found (connectionRef of WorkerDeployment {ns}/{})",
+            let cc = store.get(&ObjectRef::new(&key.name)).ok_or_else(|| {
+                Error::ConnectionNotFound(format!(
+                    "ClusterConnection {} not found (connectionRef of WorkerDeployment {ns}/{})",
+                    key.name,
+                    wd.name_any()
+                ))
+            })?;
+            // Judged before anything of the tenant is read (its Secrets) or dialled.
+            match admission(wd, &cc.spec.sharing, stores) {
+                Verdict::Allowed => {}
+                Verdict::Refused(rule) => {
+                    return Err(Error::ConnectionNotAllowed(format!(
+                        "ClusterConnection {} does not allow WorkerDeployment {ns}/{}: {rule}; its running versions are left as they are",
                         key.name,
                         wd.name_any()
-                    ))
-                })?
+                    )));
+                }
+                Verdict::Unknown(why) => {
+                    return Err(Error::ConnectionNotAllowed(format!(
+                        "not known yet whether ClusterConnection {} allows WorkerDeployment {ns}/{}: {why}",
+                        key.name,
+                        wd.name_any()
+                    )));
+                }
+            }
+            (
+                cc.spec.connection.clone(),
+                cc.metadata.deletion_timestamp.clone(),
+            )
         }
     };
     // A connection being deleted serves the WorkerDeployments already using it until they
@@ -96,6 +121,27 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
         )));
     }
     Ok(Resolved { key, spec })
+}
+
+/// How `sharing` (a ClusterConnection's policy) judges `wd`, with its namespace's labels from
+/// the Namespace cache (looked up only when the policy has a selector).
+pub fn admission(wd: &WorkerDeployment, sharing: &Sharing, stores: &ConnectionStores) -> Verdict {
+    let ns = wd.namespace().unwrap_or_default();
+    let temporal_ns = &wd.spec.worker_options.temporal_namespace;
+    if !sharing.uses_labels() {
+        return sharing.judge(&ns, None, temporal_ns);
+    }
+    match &stores.namespaces {
+        Some(namespaces) => {
+            let labels = namespaces
+                .get(&ObjectRef::new(&ns))
+                .map(|n| n.labels().clone());
+            sharing.judge(&ns, labels.as_ref(), temporal_ns)
+        }
+        None => Verdict::Unknown(
+            "the controller may not watch Namespaces, so a spec.allowedNamespaces selector cannot be evaluated (grant get, list and watch on namespaces: the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster)".into(),
+        ),
+    }
 }
 
 /// Names of the Secrets a connection spec needs: (credential Secret, CA Secret).

@@ -46,6 +46,18 @@ pub fn desired(
     status
 }
 
+/// Records the users a ClusterConnection's policy refuses (`status.refused`, and the first
+/// [`LISTED_USERS`] by name); a connection that refuses nobody shows no count.
+pub fn refused(status: &mut ConnectionStatus, refused: &[WdKey]) {
+    status.refused =
+        (!refused.is_empty()).then(|| i32::try_from(refused.len()).unwrap_or(i32::MAX));
+    status.refused_users = refused
+        .iter()
+        .take(LISTED_USERS)
+        .map(|(ns, name)| format!("{ns}/{name}"))
+        .collect();
+}
+
 /// `Ready`'s (status, reason, message) for a connection with `users`.
 fn ready(users: &[(WdKey, Reach)]) -> (&'static str, &str, String) {
     let total = users.len();

@@ -16,7 +16,8 @@ mod worker_deployments;
 use std::future::Future;
 use std::sync::Arc;
 
-use kube::api::Api;
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::controller;
 use kube::runtime::reflector;
 use kube::runtime::watcher;
@@ -148,6 +149,18 @@ pub async fn prepare(
             "not allowed to list, watch and patch ClusterConnections: they are not watched, and WorkerDeployments referencing one report ConnectionNotFound"
         );
     }
+    // Namespaces' labels are read only for ClusterConnections' `allowedNamespaces` selectors.
+    let mut namespaces_allowed = cluster_allowed;
+    for verb in ["list", "watch"] {
+        namespaces_allowed &= crate::access::may(&client, "", "namespaces", None, None, verb)
+            .await
+            .unwrap_or(false);
+    }
+    if cluster_allowed && !namespaces_allowed {
+        tracing::warn!(
+            "not allowed to list and watch Namespaces: a ClusterConnection whose spec.allowedNamespaces uses a selector refuses every WorkerDeployment until this is granted"
+        );
+    }
     let index = UsageIndex::new(scopes.len());
     let pool = ClientPool::new(config.identity.clone());
     let access = Access::default();
@@ -157,8 +170,19 @@ pub async fn prepare(
         cluster_connections: cluster_allowed,
         access: access.clone(),
     };
-    let fut = run_controllers(client, config, scopes, index, pool, cluster_allowed, access);
+    let allowed = Allowed {
+        cluster_connections: cluster_allowed,
+        namespaces: namespaces_allowed,
+    };
+    let fut = run_controllers(client, config, scopes, index, pool, allowed, access);
     (handle, fut)
+}
+
+/// The cluster-wide watches RBAC allowed at start.
+#[derive(Clone, Copy)]
+struct Allowed {
+    cluster_connections: bool,
+    namespaces: bool,
 }
 
 /// What the watches and reconcilers of every scope share.
@@ -178,9 +202,10 @@ async fn run_controllers(
     scopes: Vec<Scope>,
     index: UsageIndex,
     pool: ClientPool,
-    cluster_allowed: bool,
+    allowed: Allowed,
     access: Access,
 ) {
+    let cluster_allowed = allowed.cluster_connections;
     // Caches and trigger channels first: the trigger mappers read and feed them.
     let mut caches: Vec<ScopeCaches> = scopes.iter().cloned().map(ScopeCaches::new).collect();
     let (cc_tx, cc_rx) = unbounded_channel();
@@ -197,9 +222,11 @@ async fn run_controllers(
         scopes: scopes.clone(),
     });
     let (cc_reader, cc_writer) = reflector::store::<ClusterConnection>();
+    let (ns_reader, ns_writer) = reflector::store::<PartialObjectMeta<Namespace>>();
     let stores = ConnectionStores {
         connections: scoped(&caches, |c| &c.connections),
         cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
+        namespaces: allowed.namespaces.then(|| ns_reader.clone()),
         access: access.clone(),
     };
     let (ctx, open) =
@@ -208,6 +235,10 @@ async fn run_controllers(
         client: client.clone(),
         index: index.clone(),
         access: access.clone(),
+        judge: Some(finalizer::Judge {
+            stores: stores.clone(),
+            worker_deployments: ctx.worker_deployments.clone(),
+        }),
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
     let discovery = crate::wrt::Discovery::default();
@@ -259,6 +290,9 @@ async fn run_controllers(
         ));
     }
 
+    if allowed.namespaces {
+        tasks.push(watches::namespaces(&shared, ns_writer));
+    }
     if cluster_allowed {
         tasks.push(finalizers::cluster_connections(
             &shared, cc_reader, cc_writer, cc_rx, fin_ctx,

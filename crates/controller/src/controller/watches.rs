@@ -1,11 +1,13 @@
-//! The watches that only feed a cache and trigger others' reconciles: Secrets (metadata only)
-//! and the pods of versioned Deployments.
+//! The watches that only feed a cache and trigger others' reconciles: Secrets (metadata only),
+//! the pods of versioned Deployments, and Namespaces (metadata only).
 
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
-use k8s_openapi::api::core::v1::Secret;
+use std::collections::{BTreeMap, HashMap};
+
+use k8s_openapi::api::core::v1::{Namespace, Secret};
 use kube::ResourceExt;
-use kube::api::PartialObjectMeta;
+use kube::api::{Api, PartialObjectMeta};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::reflector::{ObjectRef, store::Writer};
 use kube::runtime::watcher;
@@ -52,7 +54,7 @@ pub(super) fn secrets(
                         .cluster_connections
                         .as_ref()
                         .and_then(|c| c.get(&ObjectRef::new(&conn.name)))
-                        .map(|c| c.spec.clone()),
+                        .map(|c| c.spec.connection.clone()),
                 };
                 spec.is_some_and(|spec| connections::secret_names(&spec).contains(&name))
             });
@@ -83,4 +85,59 @@ pub(super) fn worker_pods(
     })
     .reflect(writer);
     Box::pin(pods.for_each(|_| async {}))
+}
+
+/// Namespaces (metadata only, when allowed with ClusterConnections): their labels decide what
+/// a ClusterConnection's `allowedNamespaces` selector allows. A change of a namespace's labels
+/// re-queues its WorkerDeployments that reference a ClusterConnection, and those
+/// ClusterConnections (their finalizer and refused count), in both directions.
+pub(super) fn namespaces(
+    shared: &Shared,
+    writer: Writer<PartialObjectMeta<Namespace>>,
+) -> BoxFuture<'static, ()> {
+    let (s, idx) = (shared.senders.clone(), shared.index.clone());
+    let mut seen: HashMap<String, BTreeMap<String, String>> = HashMap::new();
+    let namespaces = watcher::watcher(
+        Api::<PartialObjectMeta<Namespace>>::all(shared.client.clone()),
+        watch_config(),
+    )
+    .default_backoff()
+    .modify(trim)
+    .inspect({
+        let access = shared.access.clone();
+        move |item| access.saw("", "namespaces", None, item)
+    })
+    .reflect(writer)
+    .inspect_ok(move |ev| {
+        let changed: Vec<String> = match ev {
+            watcher::Event::Apply(n) | watcher::Event::InitApply(n) => {
+                let name = n.name_any();
+                let labels = n.labels().clone();
+                let before = seen.insert(name.clone(), labels.clone());
+                // A relist re-applies every namespace: only a real change is worth a reconcile.
+                let first_list = matches!(ev, watcher::Event::InitApply(_)) && before.is_none();
+                (before.as_ref() != Some(&labels) && !first_list)
+                    .then_some(name)
+                    .into_iter()
+                    .collect()
+            }
+            watcher::Event::Delete(n) => {
+                seen.remove(&n.name_any());
+                Vec::new()
+            }
+            watcher::Event::Init | watcher::Event::InitDone => Vec::new(),
+        };
+        for ns in changed {
+            let users: Vec<_> = idx
+                .users_in_namespace(&ns)
+                .into_iter()
+                .filter(|(_, conn)| conn.kind == ConnectionKind::ClusterConnection)
+                .collect();
+            for (_, conn) in &users {
+                s.connection(conn);
+            }
+            s.workers(users.into_iter().map(|(wd, _)| wd));
+        }
+    });
+    Box::pin(namespaces.for_each(|_| async {}))
 }

@@ -63,7 +63,7 @@ async fn five_tenants_share_one_cluster_connection_with_their_own_secrets() -> T
     );
     assert_eq!(
         row.get("Host"),
-        Some(&stored.spec.host_port),
+        Some(&stored.spec.connection.host_port),
         "{cc_table:?}"
     );
     let wd_table = table(

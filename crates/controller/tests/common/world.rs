@@ -199,6 +199,19 @@ impl World {
             .temporal_namespace()
             .await
             .unwrap_or_else(|e| panic!("{e}"));
+        self.worker_deployment_in(ns, name, connection_ref, version, &temporal_ns)
+            .await
+    }
+
+    /// [`World::worker_deployment`] targeting Temporal namespace `temporal_ns`.
+    pub async fn worker_deployment_in(
+        &self,
+        ns: &str,
+        name: &str,
+        connection_ref: Value,
+        version: &str,
+        temporal_ns: &str,
+    ) -> WorkerDeployment {
         let wd: WorkerDeployment = from_json(json!({
             "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
             "metadata": {"name": name, "namespace": ns},
