@@ -104,14 +104,16 @@ struct RunArgs {
     /// promoted at once, without ramp steps or gate.
     #[arg(long, env = "ROLLBACK_WINDOW_SECONDS", default_value_t = 3600)]
     rollback_window_seconds: u64,
-    /// Kinds a WorkerResourceTemplate may render (comma-separated, case-insensitive). The
-    /// controller also needs RBAC to create, patch and delete each; the generated RBAC covers
-    /// the default.
+    /// Kinds a WorkerResourceTemplate may render (comma-separated), each `group/Kind` (for
+    /// example `keda.sh/ScaledObject`); kinds compare case-insensitively. A bare `Kind` means
+    /// Kubernetes' own group for HorizontalPodAutoscaler and PodDisruptionBudget, and any group
+    /// for another kind. The controller also needs RBAC to create, patch and delete each; the
+    /// generated RBAC covers the default.
     #[arg(
         long,
         env = "WRT_ALLOWED_KINDS",
         value_delimiter = ',',
-        default_value = "HorizontalPodAutoscaler,PodDisruptionBudget"
+        default_value = "autoscaling/HorizontalPodAutoscaler,policy/PodDisruptionBudget"
     )]
     wrt_allowed_kinds: Vec<String>,
     /// Where `/metrics` is served.

@@ -31,9 +31,12 @@ use crate::scoped::Scoped;
 
 pub use reconcile::{Context, Discovery, error_policy, reconcile};
 
-/// The kinds a template may render unless configured otherwise (`--wrt-allowed-kinds`); the
-/// controller's generated RBAC grants exactly these.
-pub const DEFAULT_ALLOWED_KINDS: &[&str] = &["HorizontalPodAutoscaler", "PodDisruptionBudget"];
+/// The kinds a template may render unless configured otherwise (`--wrt-allowed-kinds`), each
+/// with its API group; the controller's generated RBAC grants exactly these.
+pub const DEFAULT_ALLOWED_KINDS: &[&str] = &[
+    "autoscaling/HorizontalPodAutoscaler",
+    "policy/PodDisruptionBudget",
+];
 
 /// Condition reasons of a WorkerResourceTemplate (`Ready`), also its Warning event reasons.
 pub mod reason {

@@ -287,6 +287,32 @@ fn has_filled_scale_target_ref(v: &Value) -> bool {
     }
 }
 
+/// The groups of the kinds a bare entry (`Kind`, no group) means: Kubernetes' own, so that a
+/// custom resource of the same kind in another group does not pass for it.
+const BUILT_IN_GROUPS: &[(&str, &str)] = &[
+    ("HorizontalPodAutoscaler", "autoscaling"),
+    ("PodDisruptionBudget", "policy"),
+];
+
+/// Whether allowlist entry `entry` (`group/Kind`, or a bare `Kind`) allows kind `kind` of API
+/// group `group`. Kinds compare case-insensitively, groups exactly. A bare built-in kind means
+/// its built-in group; any other bare kind matches it in any group (TWC's reading; name the
+/// group to be exact).
+pub fn allows(entry: &str, group: &str, kind: &str) -> bool {
+    let entry = entry.trim();
+    let (want_group, want_kind) = match entry.rsplit_once('/') {
+        Some((g, k)) => (Some(g), k),
+        None => (
+            BUILT_IN_GROUPS
+                .iter()
+                .find(|(k, _)| k.eq_ignore_ascii_case(entry))
+                .map(|(_, g)| *g),
+            entry,
+        ),
+    };
+    want_kind.eq_ignore_ascii_case(kind) && want_group.is_none_or(|g| g == group)
+}
+
 /// The problems of a template that need no API call (TWC's validating webhook, which this
 /// controller does not run): each one a sentence for the status and the event.
 pub fn check(template: &Value, allowed_kinds: &[String]) -> Vec<String> {
@@ -299,11 +325,20 @@ pub fn check(template: &Value, allowed_kinds: &[String]) -> Vec<String> {
         problems.push("spec.template.apiVersion is required".into());
     }
     let kind = text("kind");
+    let group = text("apiVersion")
+        .rsplit_once('/')
+        .map(|(g, _)| g)
+        .unwrap_or_default();
     if kind.is_empty() {
         problems.push("spec.template.kind is required".into());
-    } else if !allowed_kinds.iter().any(|k| k.eq_ignore_ascii_case(kind)) {
+    } else if !allowed_kinds.iter().any(|k| allows(k, group, kind)) {
+        let named = if group.is_empty() {
+            kind.to_string()
+        } else {
+            format!("{group}/{kind}")
+        };
         problems.push(format!(
-            "kind {kind} is not allowed (allowed: {})",
+            "kind {named} is not allowed (allowed: {})",
             if allowed_kinds.is_empty() {
                 "none".to_string()
             } else {

@@ -247,7 +247,7 @@ fn checks_table() {
         (
             "kind not allowed",
             json!({"apiVersion": "apps/v1", "kind": "Deployment"}),
-            Some("kind Deployment is not allowed"),
+            Some("kind apps/Deployment is not allowed"),
         ),
         (
             "name set",
@@ -309,6 +309,46 @@ fn checks_table() {
     }
     // An empty allow list rejects every kind.
     assert!(!check(&hpa(), &[]).is_empty());
+    // The defaults, with their groups, take the same and refuse the same.
+    let defaults: Vec<String> = crate::wrt::DEFAULT_ALLOWED_KINDS
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    assert!(check(&hpa(), &defaults).is_empty());
+}
+
+/// A custom resource named like a built-in kind, in another group, never passes for it: not
+/// with the defaults, not with a bare built-in kind; a bare other kind is any group's (TWC's
+/// reading), `group/Kind` only that group's.
+#[test]
+fn allowed_kinds_match_the_api_group_too() {
+    let impostor = json!({"apiVersion": "evil.example.com/v1", "kind": "HorizontalPodAutoscaler"});
+    let defaults: Vec<String> = crate::wrt::DEFAULT_ALLOWED_KINDS
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    for list in [defaults, allowed()] {
+        let problems = check(&impostor, &list);
+        assert!(
+            problems
+                .iter()
+                .any(|p| p.contains("kind evil.example.com/HorizontalPodAutoscaler is not allowed")),
+            "{list:?}: {problems:?}"
+        );
+    }
+    assert!(allows(
+        "autoscaling/HorizontalPodAutoscaler",
+        "autoscaling",
+        "horizontalpodautoscaler"
+    ));
+    assert!(allows("keda.sh/ScaledObject", "keda.sh", "ScaledObject"));
+    assert!(!allows("keda.sh/ScaledObject", "other.io", "ScaledObject"));
+    assert!(allows("ScaledObject", "other.io", "ScaledObject"));
+    assert!(!allows(
+        "policy/PodDisruptionBudget",
+        "",
+        "PodDisruptionBudget"
+    ));
 }
 
 #[test]

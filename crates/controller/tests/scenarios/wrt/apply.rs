@@ -27,8 +27,9 @@ async fn wait_wrt_warning(s: &Scenario, name: &str, reason: &str) -> String {
 /// `applyError` and `lastAppliedGeneration` 0, and `Ready=False ApplyFailed` with an event.
 /// (TWC's webhook is not running in its harness either; this controller has no webhook, and
 /// checks what the webhook would at reconcile time: a `minReplicas: 0` template is
-/// `InvalidTemplate` and nothing is applied.) The scenario binary allows `FakeResource`, so
-/// the kind gets as far as API discovery.
+/// `InvalidTemplate` and nothing is applied, and so is a kind named `HorizontalPodAutoscaler`
+/// in another API group.) The scenario binary allows `FakeResource`, so the kind gets as far
+/// as API discovery.
 pub async fn wrt_apply_failure(w: &'static World) {
     let (s, build) = rolled_out(w, "wrt-apply-failure").await;
     create_wrt(
@@ -75,6 +76,24 @@ pub async fn wrt_apply_failure(w: &'static World) {
             .await
             .unwrap_or_else(|e| panic!("{e}"))
             .is_none()
+    );
+
+    // A kind named like a built-in one, in another API group, is not that kind.
+    create_wrt(
+        &s,
+        "impostor-hpa",
+        json!({"apiVersion": "evil.example.com/v1", "kind": "HorizontalPodAutoscaler",
+               "spec": {"scaleTargetRef": {}}}),
+    )
+    .await;
+    let wrt = wait_wrt(&s, "impostor-hpa", "InvalidTemplate", |t| {
+        ready(t).is_some_and(|(st, why, _)| st == "False" && why == reason::INVALID_TEMPLATE)
+    })
+    .await;
+    let (_, _, message) = ready(&wrt).unwrap_or_default();
+    assert!(
+        message.contains("kind evil.example.com/HorizontalPodAutoscaler is not allowed"),
+        "{message}"
     );
 
     // Fixed: applied, Ready again.
