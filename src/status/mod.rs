@@ -407,6 +407,28 @@ mod tests {
     }
 
     #[test]
+    fn a_refused_connection_is_what_the_line_and_the_detail_say() {
+        let mut wd = ramping();
+        let why = "ClusterConnection prod does not allow WorkerDeployment team-a/hello: namespace team-a does not match spec.allowedNamespaces.selector (tier=prod); its running versions are left as they are";
+        if let Some(s) = wd.status.as_mut() {
+            s.conditions = ["Ready", "Progressing"]
+                .into_iter()
+                .map(|t| {
+                    serde_json::from_value(json!({"type": t, "status": "False",
+                        "reason": "ConnectionNotAllowed", "message": why,
+                        "lastTransitionTime": "2027-01-15T07:58:20Z"}))
+                    .unwrap_or_else(|e| panic!("{e}"))
+                })
+                .collect();
+        }
+        let line = table(&[wd.clone()], false, now());
+        assert!(line.contains("ConnectionNotAllowed"), "{line}");
+        let refused = Err("ClusterConnection prod does not allow it".to_string());
+        let text = detail(&wd, &[], &refused, now());
+        assert!(text.contains(why), "{text}");
+    }
+
+    #[test]
     fn a_failed_build_is_what_the_line_and_the_detail_say_first() {
         let mut wd = ramping();
         if let Some(s) = wd.status.as_mut() {

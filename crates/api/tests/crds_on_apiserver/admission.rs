@@ -237,3 +237,115 @@ async fn a_gate_with_both_input_and_input_from_is_refused_with_twcs_message() ->
     }
     Ok(())
 }
+
+/// `config/admission/workerdeployment-cluster-connection.yaml`: a WorkerDeployment that names a
+/// ClusterConnection which does not allow its namespace (by label) or its Temporal namespace is
+/// refused at `kubectl apply`, with a message naming the rule; one it allows, or one naming
+/// another connection, goes through; an update that leaves workerOptions alone is not checked.
+#[tokio::test]
+async fn a_cluster_connection_that_does_not_allow_a_worker_deployment_refuses_it_at_admission()
+-> TestResult {
+    use k8s_openapi::api::core::v1::Namespace;
+    use kube::api::{Patch, PatchParams};
+    let (env, admin) = setup().await?;
+    apply_admission_policies(&admin).await?;
+    let cc = format!("shared-{}", env.namespace("cc-name").await?);
+    let ccs = api(&admin, "", "ClusterConnection");
+    let mut shared = crate::minimal_connection("ClusterConnection", &cc);
+    shared["spec"]["allowedNamespaces"] = json!({"from": "Selector", "selector": {
+        "matchLabels": {"team": "a"},
+        "matchExpressions": [{"key": "frozen", "operator": "DoesNotExist"}]}});
+    shared["spec"]["allowedTemporalNamespaces"] = json!(["payments", "team-a-*"]);
+    ccs.create(&PostParams::default(), &object(shared)).await?;
+    let (allowed, other) = (env.namespace("cc-a").await?, env.namespace("cc-b").await?);
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            &allowed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"team": "a"}}})),
+        )
+        .await?;
+    let wd = |name: &str, conn: &str, temporal: &str| {
+        let mut wd = minimal_wd(name);
+        wd["spec"]["workerOptions"] = json!({"temporalNamespace": temporal, "connectionRef":
+            {"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": conn}}});
+        object(wd)
+    };
+    // The policy and its params reach the apiserver's admission a moment after they are stored.
+    let refusal = |ns: &str, w: DynamicObject| {
+        let wds = api(&admin, ns, "WorkerDeployment");
+        async move {
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                match wds.create(&PostParams::default(), &w).await {
+                    Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => {
+                        return Ok::<_, Box<dyn std::error::Error>>(s.message);
+                    }
+                    Err(e) => return Err(e.into()),
+                    Ok(created) => {
+                        wds.delete(
+                            &created.metadata.name.unwrap_or_default(),
+                            &Default::default(),
+                        )
+                        .await?;
+                        if std::time::Instant::now() > deadline {
+                            return Err("never refused".into());
+                        }
+                        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                    }
+                }
+            }
+        }
+    };
+    let message = refusal(&other, wd("w", &cc, "payments")).await?;
+    assert!(
+        message.contains(&format!(
+            "ClusterConnection {cc} does not allow WorkerDeployments in namespace {other} (spec.allowedNamespaces.selector)"
+        )),
+        "{message}"
+    );
+    let message = refusal(&allowed, wd("w", &cc, "orders")).await?;
+    assert!(
+        message.contains(&format!(
+            "ClusterConnection {cc} does not allow Temporal namespace orders (spec.allowedTemporalNamespaces)"
+        )),
+        "{message}"
+    );
+    let wds = api(&admin, &allowed, "WorkerDeployment");
+    wds.create(&PostParams::default(), &wd("ok", &cc, "team-a-dev"))
+        .await?;
+    api(&admin, &other, "WorkerDeployment")
+        .create(
+            &PostParams::default(),
+            &wd("elsewhere", "another", "orders"),
+        )
+        .await?;
+    // Frozen later: the stored WorkerDeployment still takes a finalizer and can be deleted.
+    Api::<Namespace>::all(admin.clone())
+        .patch(
+            &allowed,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"frozen": "yes"}}})),
+        )
+        .await?;
+    let message = refusal(&allowed, wd("new", &cc, "payments")).await?;
+    assert!(
+        message.contains("spec.allowedNamespaces.selector"),
+        "{message}"
+    );
+    wds.patch(
+        "ok",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["temporal.io/delete-protection"]}})),
+    )
+    .await?;
+    wds.patch(
+        "ok",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await?;
+    wds.delete("ok", &Default::default()).await?;
+    ccs.delete(&cc, &Default::default()).await?;
+    Ok(())
+}
