@@ -58,6 +58,10 @@ pub(super) fn context(
             if let Some(cluster) = &stores.cluster_connections {
                 let _ = cluster.wait_until_ready().await;
             }
+            // A selector judged before the first list would refuse everyone for a moment.
+            if let Some(namespaces) = &stores.namespaces {
+                let _ = namespaces.wait_until_ready().await;
+            }
             deployments.wait_until_ready().await;
             secret_meta.wait_until_ready().await;
             templates.wait_until_ready().await;
