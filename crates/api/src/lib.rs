@@ -35,6 +35,13 @@ pub const FINALIZER: &str = "temporal.io/delete-protection";
 /// another manager still routes new work to.
 pub const SKIP_DRAINAGE_ANNOTATION: &str = "temporal.io/skip-drainage";
 
+/// Not in TWC: set to `"true"` on a WorkerDeployment being deleted whose cleanup in Temporal
+/// cannot run (`CleanupBlocked`: its connection is gone or refuses it, its Secret is unusable,
+/// Temporal cannot be reached), its deletion goes on without it: the versioned Deployments are
+/// deleted and Temporal's worker deployment and versions are left as they are. A person's
+/// choice; the controller never skips the cleanup on its own.
+pub const SKIP_TEMPORAL_CLEANUP_ANNOTATION: &str = "temporal.io/skip-temporal-cleanup";
+
 /// The rollout controls: annotations on a WorkerDeployment that a person (`kubectl annotate`,
 /// `twc pause|resume|promote|abort|retry`) or a GitOps tool sets. The controller reads them and
 /// never writes them; what it acted on is in `status.controls`.
@@ -114,6 +121,9 @@ pub mod conditions {
     /// Not in TWC: `Ready=False` reasons while a deletion keeps workers Temporal still needs.
     pub const WAITING_FOR_DRAINAGE: &str = "WaitingForDrainage";
     pub const ROUTED_BY_ANOTHER_MANAGER: &str = "RoutedByAnotherManager";
+    /// `Ready=False` while a deletion cannot clean Temporal up (the message says why and how
+    /// to go on); the finalizer stays.
+    pub const CLEANUP_BLOCKED: &str = "CleanupBlocked";
 
     /// Not in TWC: `Ready` reasons of a Connection or ClusterConnection (False carries the
     /// failing user's own reason).

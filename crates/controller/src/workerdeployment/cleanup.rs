@@ -9,8 +9,13 @@ use kube::api::{Api, DeleteParams, PropagationPolicy};
 use kube::runtime::controller::Action;
 use std::time::SystemTime;
 
-use twc_api::conditions::{READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE};
-use twc_api::{FINALIZER, SKIP_DRAINAGE_ANNOTATION, VersionStatus, WorkerDeployment};
+use twc_api::conditions::{
+    CLEANUP_BLOCKED, READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE,
+};
+use twc_api::{
+    FINALIZER, SKIP_DRAINAGE_ANNOTATION, SKIP_TEMPORAL_CLEANUP_ANNOTATION, VersionStatus,
+    WorkerDeployment,
+};
 
 use super::{Context, STALE_RETRY};
 use crate::conditions::set_condition;
@@ -19,8 +24,10 @@ use crate::connections;
 use crate::error::{Error, Result, Rpc};
 use crate::events::EventType;
 use crate::plan::{self, build_id};
+use crate::temporal::pool::PoolKey;
 use crate::temporal::{Code, DeploymentState, Status, WorkerDeploymentRef};
 use crate::writes::{self, Swap};
+use temporalio_client::Connection as TemporalConnection;
 
 /// Deletion: route Temporal back to unversioned, stop the versioned Deployments, delete the
 /// versions and the Temporal deployment, then let the WorkerDeployment go (and with it, its
@@ -40,36 +47,33 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .status
         .as_ref()
         .is_none_or(|s| s.version_count.is_none() && s.current_version.is_none());
-    let client = match connections::resolve(wd, &ctx.stores) {
-        Ok(resolved) => match connections::temporal_client(
-            &ctx.client,
-            &ctx.pool,
-            &ctx.secret_meta,
-            &resolved,
-            &ns,
-            &temporal_ns,
-        )
-        .await
-        {
-            Ok((conn, key)) => Some((conn, key)),
-            Err(e) if never_connected => {
-                ctx.event(
-                    wd,
-                    EventType::Warning,
-                    "CleanupSkipped",
-                    format!("{e}; this WorkerDeployment never reached Temporal, so there is nothing to clean up"),
-                )
-                .await;
-                None
-            }
-            Err(e) => return Err(e),
-        },
-        Err(Error::ConnectionNotFound(msg)) | Err(Error::InvalidSpec(msg)) => {
+    // Temporal cannot be reached (no connection, not allowed, an unusable Secret, the server
+    // down): the deletion waits (`CleanupBlocked`), unless there is nothing there to clean up
+    // or a person chose to leave Temporal as it is. Never skipped by accident.
+    let abandon = wd
+        .annotations()
+        .get(SKIP_TEMPORAL_CLEANUP_ANNOTATION)
+        .is_some_and(|v| v == "true");
+    let client = match connect(wd, ctx, &ns, &temporal_ns).await {
+        Ok(client) => Some(client),
+        Err(e) if never_connected => {
             ctx.event(
                 wd,
                 EventType::Warning,
                 "CleanupSkipped",
-                format!("{msg}; Temporal worker deployment {deployment_name} is left as it is"),
+                format!("{e}; this WorkerDeployment never reached Temporal, so there is nothing to clean up"),
+            )
+            .await;
+            None
+        }
+        Err(e) if abandon => {
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!(
+                    "{e}; Temporal worker deployment {deployment_name} is left as it is, as annotation {SKIP_TEMPORAL_CLEANUP_ANNOTATION}=true asks"
+                ),
             )
             .await;
             None
@@ -264,6 +268,25 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     })
 }
 
+/// A Temporal client for `wd`'s cleanup through the connection it references now.
+async fn connect(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    ns: &str,
+    temporal_ns: &str,
+) -> Result<(TemporalConnection, PoolKey)> {
+    let resolved = connections::resolve(wd, &ctx.stores)?;
+    connections::temporal_client(
+        &ctx.client,
+        &ctx.pool,
+        &ctx.secret_meta,
+        &resolved,
+        ns,
+        temporal_ns,
+    )
+    .await
+}
+
 /// The versions a deletion keeps the workers of, by why.
 #[derive(Debug, Default)]
 struct Kept {
@@ -360,6 +383,33 @@ async fn report_waiting(
     keep: &Kept,
 ) -> Result<()> {
     let (why, message) = keep.explain(deployment_name);
+    let type_ = if keep.manager.is_some() && !keep.routed.is_empty() {
+        EventType::Warning
+    } else {
+        EventType::Normal
+    };
+    report(wd, ctx, why, message, type_).await
+}
+
+/// A deletion that cannot clean Temporal up (`error`): `Ready=False CleanupBlocked` naming it
+/// and the way out, a Warning when that changes; the finalizer stays.
+pub async fn report_blocked(wd: &WorkerDeployment, ctx: &Context, error: &Error) -> Result<()> {
+    let message = format!(
+        "deletion waits: cannot clean up Temporal ({}: {error}); its versioned Deployments keep running. Fix it, or annotate the WorkerDeployment {SKIP_TEMPORAL_CLEANUP_ANNOTATION}=true to delete them and leave Temporal as it is",
+        error.reason()
+    );
+    report(wd, ctx, CLEANUP_BLOCKED, message, EventType::Warning).await
+}
+
+/// `Ready=False` with `why` and `message` on a WorkerDeployment being deleted, and an event of
+/// `type_` when that changes.
+async fn report(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    why: &str,
+    message: String,
+    type_: EventType,
+) -> Result<()> {
     let previous = wd.status.clone().unwrap_or_default();
     let mut status = previous.clone();
     set_condition(
@@ -376,11 +426,6 @@ async fn report_waiting(
         .iter()
         .any(|c| c.type_ == READY && c.reason == why && c.message == message);
     if !said {
-        let type_ = if keep.manager.is_some() && !keep.routed.is_empty() {
-            EventType::Warning
-        } else {
-            EventType::Normal
-        };
         ctx.event(wd, type_, why, message).await;
     }
     if status != previous {

@@ -220,12 +220,9 @@ async fn delete(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         Err(e) => {
             // Deleting now could leave Temporal routing new workflows to versions whose
             // workers are gone; wait, and say how to get out.
-            let note = format!(
-                "cannot clean up Temporal before deletion ({}: {e}); fix the connection, or remove the finalizer {FINALIZER} to delete without cleanup",
-                e.reason()
-            );
-            ctx.event(wd, EventType::Warning, "CleanupBlocked", note)
-                .await;
+            if let Err(report) = cleanup::report_blocked(wd, ctx, &e).await {
+                tracing::debug!("cannot report the blocked cleanup: {report}");
+            }
             let streak = ctx.streak(wd, Some(&e));
             Ok(Action::requeue(
                 Retry::Backoff.after(&ctx.intervals, streak),

@@ -202,3 +202,72 @@ async fn renaming_a_legacy_reference_releases_the_old_connection() -> TestResult
     wait_connection(&client, &ns, "new", "unprotected", ROLLOUT).await;
     Ok(())
 }
+
+/// A WorkerDeployment whose connection is gone (a person removed the Connection's finalizer
+/// and deleted it) is deleted: the cleanup cannot reach Temporal, so the deletion waits with
+/// `Ready=False CleanupBlocked` naming why, its versioned Deployment keeps running, and only
+/// the annotation `temporal.io/skip-temporal-cleanup=true` lets it go. Before, the missing
+/// connection skipped Temporal, deleted the workers and dropped the finalizer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_that_cannot_reach_temporal_waits_until_a_person_skips_the_cleanup() -> TestResult
+{
+    use k8s_openapi::api::apps::v1::Deployment;
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.tenant("blocked-cleanup").await;
+    w.connection(&ns, "c").await;
+    w.worker_deployment(&ns, "w", by_name("c"), "v1").await;
+    wait_wd(&client, &ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+    // The Connection goes, by hand.
+    let connections = Api::<Connection>::namespaced(client.clone(), &ns);
+    connections.delete("c", &DeleteParams::default()).await?;
+    connections
+        .patch(
+            "c",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await?;
+    wait_connection(&client, &ns, "c", "gone", QUICK).await;
+
+    delete_wd(&client, &ns, "w").await;
+    let wd = wait_wd(&client, &ns, "w", "CleanupBlocked", QUICK, |wd| {
+        condition(wd, "Ready").is_some_and(|(st, why, _)| st == "False" && why == "CleanupBlocked")
+    })
+    .await;
+    let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
+    assert!(
+        message.contains("ConnectionNotFound")
+            && message.contains("temporal.io/skip-temporal-cleanup=true"),
+        "{message}"
+    );
+    assert!(has_finalizer(&wd));
+    // Still blocked a while later, the workers still up.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let deployments = Api::<Deployment>::namespaced(client.clone(), &ns)
+        .list(&Default::default())
+        .await?;
+    assert_eq!(deployments.items.len(), 1, "{:?}", deployments.items.len());
+    let d = &deployments.items[0];
+    assert!(d.metadata.deletion_timestamp.is_none());
+    assert_eq!(d.spec.as_ref().and_then(|s| s.replicas), Some(1));
+    assert!(
+        Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+            .get_opt("w")
+            .await?
+            .is_some()
+    );
+
+    // A person's choice: the Temporal side is left as it is, the rest goes.
+    Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"temporal.io/skip-temporal-cleanup": "true"}}}),
+            ),
+        )
+        .await?;
+    wait_wd_gone(&client, &ns, "w", ROLLOUT).await;
+    Ok(())
+}
