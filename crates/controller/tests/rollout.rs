@@ -137,3 +137,23 @@ async fn progressive_rollout_keeps_a_pinned_version_until_its_workflow_ends() ->
     assert_eq!(status, "Completed", "the pinned workflow finished on v1");
     Ok(())
 }
+
+/// The dev server's own NotFound answers, classified by their failure type: a worker
+/// deployment that does not exist (in a namespace that does) is absent, so its state is empty;
+/// a Temporal namespace that does not exist is not known, so describing fails and nothing
+/// reads as "no versions" (which would let a deletion go on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_temporal_namespace_is_never_an_empty_worker_deployment() -> TestResult {
+    use twc_controller::temporal::missing::{Missing, missing};
+    let w = world(true).await?;
+    let temporal = w.env.temporal.connect().await?;
+    let temporal_ns = w.env.temporal_namespace().await?;
+    let state = twc_controller::temporal::describe(&temporal, &temporal_ns, "ns/nobody").await?;
+    assert!(state.versions.is_empty() && state.current_build_id.is_none());
+    let error = twc_controller::temporal::describe(&temporal, "no-such-namespace", "ns/nobody")
+        .await
+        .err()
+        .ok_or("a missing Temporal namespace described as an empty worker deployment")?;
+    assert_eq!(missing(&error), Some(Missing::Namespace), "{error:?}");
+    Ok(())
+}

@@ -90,7 +90,7 @@ impl WorkerDeploymentRef<'_> {
         .await
         {
             Ok(r) => Ok(r.into_inner().worker_deployment_version_info),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) if super::missing::is_absent(&s) => Ok(None),
             Err(s) => Err(s),
         }
     }
@@ -204,7 +204,7 @@ impl WorkerDeploymentRef<'_> {
                     status_of(i.status),
                 )
             })),
-            Err(s) if s.code() == Code::NotFound => Ok(None),
+            Err(s) if super::missing::is_absent(&s) => Ok(None),
             Err(s) => Err(s),
         }
     }

@@ -3,6 +3,7 @@
 
 pub mod credentials;
 pub mod gates;
+pub mod missing;
 pub mod pool;
 pub mod reads;
 pub mod server;
@@ -108,14 +109,9 @@ pub async fn describe(
     .await
     {
         Ok(r) => r.into_inner(),
-        // "Namespace x is not found." is an error; "no Worker Deployment found with name
-        // 'ns/wd'" (whatever the names) is not.
-        Err(s)
-            if s.code() == Code::NotFound
-                && !s.message().starts_with(&format!("Namespace {namespace} ")) =>
-        {
-            return Ok(DeploymentState::default());
-        }
+        // Only "no such worker deployment" is an empty state; a missing Temporal namespace,
+        // or a NotFound of no known shape, is not known (see `missing`).
+        Err(s) if missing::is_absent(&s) => return Ok(DeploymentState::default()),
         Err(s) => return Err(s),
     };
     let info = resp.worker_deployment_info.unwrap_or_default();
@@ -296,7 +292,7 @@ impl WorkerDeploymentRef<'_> {
         .await
         {
             Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) if missing::is_absent(&s) => Ok(()),
             Err(s) => Err(s),
         }
     }
@@ -316,7 +312,7 @@ impl WorkerDeploymentRef<'_> {
         .await
         {
             Ok(_) => Ok(()),
-            Err(s) if s.code() == Code::NotFound => Ok(()),
+            Err(s) if missing::is_absent(&s) => Ok(()),
             Err(s) => Err(s),
         }
     }
