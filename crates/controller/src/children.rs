@@ -173,6 +173,9 @@ impl From<wire::Deployment> for CachedDeployment {
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
             temporal_namespace,
+            // Filled from the metadata when observed (not kept twice in the cache).
+            uid: None,
+            resource_version: None,
         };
         Self { metadata, view }
     }
@@ -210,7 +213,11 @@ pub fn owned_in<'a>(
 
 /// The planner's view of an owned Deployment; None without a build ID label.
 pub fn observe(d: &CachedDeployment) -> Option<ObservedDeployment> {
-    (!d.view.build_id.is_empty()).then(|| d.view.clone())
+    (!d.view.build_id.is_empty()).then(|| ObservedDeployment {
+        uid: d.metadata.uid.clone(),
+        resource_version: d.metadata.resource_version.clone(),
+        ..d.view.clone()
+    })
 }
 
 #[cfg(test)]
@@ -259,6 +266,8 @@ mod tests {
                 .flat_map(|c| c.env.iter().flatten())
                 .find(|e| e.name == "TEMPORAL_NAMESPACE")
                 .and_then(|e| e.value.clone()),
+            uid: d.metadata.uid.clone(),
+            resource_version: d.metadata.resource_version.clone(),
         })
     }
 

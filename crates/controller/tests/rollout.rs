@@ -157,3 +157,94 @@ async fn a_missing_temporal_namespace_is_never_an_empty_worker_deployment() -> T
     assert_eq!(missing(&error), Some(Missing::Namespace), "{error:?}");
     Ok(())
 }
+
+/// The destructive writes of an execution carry the view the plan was made from: against the
+/// real apiserver, a scale-down and a delete planned on a Deployment that changed since are
+/// refused (409) and change nothing; on the current view they go through; a scale-up, which
+/// stops nothing, needs no precondition.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_plan_cannot_scale_down_or_delete_a_deployment_that_changed() -> TestResult {
+    use twc_controller::plan::ObservedDeployment;
+    use twc_controller::workerdeployment::execute::{delete_params, scale_body};
+    let w = world(false).await?;
+    let client = w.client().await;
+    let ns = w.env.namespace("preconditions").await?;
+    let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
+    let created = api
+        .create(
+            &Default::default(),
+            &from_json(json!({
+                "metadata": {"name": "d"},
+                "spec": {"replicas": 2, "selector": {"matchLabels": {"app": "d"}},
+                    "template": {"metadata": {"labels": {"app": "d"}},
+                        "spec": {"containers": [{"name": "c", "image": "none"}]}}}
+            })),
+        )
+        .await?;
+    let view = |d: &Deployment| ObservedDeployment {
+        name: "d".into(),
+        spec_replicas: d.spec.as_ref().and_then(|s| s.replicas),
+        uid: d.metadata.uid.clone(),
+        resource_version: d.metadata.resource_version.clone(),
+        ..Default::default()
+    };
+    let stale = view(&created);
+    // Changed since the plan looked.
+    let changed = api
+        .patch(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"touched": "yes"}}})),
+        )
+        .await?;
+    let conflict =
+        |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 409);
+    let scaled = api
+        .patch_scale(
+            "d",
+            &PatchParams::default(),
+            &Patch::Merge(scale_body(Some(&stale), 0)),
+        )
+        .await;
+    assert!(
+        conflict(scaled.map(|_| ())),
+        "a stale scale-down went through"
+    );
+    let deleted = api.delete("d", &delete_params(Some(&stale))).await;
+    assert!(conflict(deleted.map(|_| ())), "a stale delete went through");
+    let still = api.get("d").await?;
+    assert_eq!(still.spec.as_ref().and_then(|s| s.replicas), Some(2));
+    assert!(still.metadata.deletion_timestamp.is_none());
+    // A scale-up on the stale view: nothing is stopped, no precondition.
+    api.patch_scale(
+        "d",
+        &PatchParams::default(),
+        &Patch::Merge(scale_body(Some(&stale), 3)),
+    )
+    .await?;
+    // On the current view both go through (kube-controller-manager writes the Deployment's
+    // status meanwhile: a view it outdated is refused too, and taken again).
+    assert_ne!(
+        view(&api.get("d").await?).resource_version,
+        view(&changed).resource_version
+    );
+    let again = Duration::from_secs(20);
+    twc_testenv::wait_for("a scale-down on the current view", again, || async {
+        let now = view(&api.get("d").await.map_err(|e| e.to_string())?);
+        let body = Patch::Merge(scale_body(Some(&now), 0));
+        api.patch_scale("d", &PatchParams::default(), &body)
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    twc_testenv::wait_for("a delete on the current view", again, || async {
+        let now = view(&api.get("d").await.map_err(|e| e.to_string())?);
+        api.delete("d", &delete_params(Some(&now)))
+            .await
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    })
+    .await?;
+    Ok(())
+}

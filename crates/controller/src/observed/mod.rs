@@ -35,6 +35,11 @@ pub struct ObservedDeployment {
     /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
     /// not known.
     pub temporal_namespace: Option<String>,
+    /// The object this view was taken from (`metadata.uid`, `metadata.resourceVersion`): a
+    /// destructive write carries them as preconditions, so a plan made from an older view
+    /// cannot delete or scale down a Deployment that changed since.
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
 }
 
 /// Everything the planner looks at.

@@ -486,7 +486,7 @@ mod tests {
                 Done::ClaimedManager,
                 Done::Promoted { build: "v2".into() },
             ],
-            error: None,
+            ..Default::default()
         };
         let notes = of_applied(&wd, "v2", &applied);
         let reasons: Vec<&str> = notes.iter().map(|n| n.reason).collect();

@@ -7,14 +7,14 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
-use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
 use twc_api::{ConnectionSpec, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 
 use super::Context;
 use super::observe::GateInput;
 use crate::error::{Error, Result, Rpc};
-use crate::plan::{self, Observed, Plan, Routing};
+use crate::plan::{self, Observed, ObservedDeployment, Plan, Routing};
 use crate::temporal::WorkerDeploymentRef;
 use crate::writes::MANAGER;
 
@@ -71,6 +71,45 @@ pub enum Done {
 pub struct Applied {
     pub done: Vec<Done>,
     pub error: Option<Error>,
+    /// Deployments left alone because they changed since the plan's view of them (a
+    /// precondition failed): planned again at once.
+    pub stale: Vec<String>,
+}
+
+/// The body of a scale to `replicas` of the Deployment `seen`. A scale-down carries the
+/// resourceVersion the plan saw, so the apiserver refuses it (409) if the Deployment changed
+/// since; a scale-up, which stops nothing, does not.
+pub fn scale_body(seen: Option<&ObservedDeployment>, replicas: i32) -> serde_json::Value {
+    let down = seen.is_none_or(|d| d.spec_replicas.is_none_or(|r| replicas < r));
+    match seen
+        .and_then(|d| d.resource_version.as_ref())
+        .filter(|_| down)
+    {
+        Some(rv) => json!({"metadata": {"resourceVersion": rv}, "spec": {"replicas": replicas}}),
+        None => json!({"spec": {"replicas": replicas}}),
+    }
+}
+
+/// The deletion of the Deployment `seen`, in the background, only if it is still the object
+/// (uid) at the version (resourceVersion) the plan saw.
+pub fn delete_params(seen: Option<&ObservedDeployment>) -> DeleteParams {
+    let mut params = DeleteParams::background();
+    if let Some(d) = seen {
+        params.preconditions = Some(Preconditions {
+            uid: d.uid.clone(),
+            resource_version: d.resource_version.clone(),
+        });
+    }
+    params
+}
+
+/// Records that `name` changed since the plan saw it, so `what` was not done.
+fn stale(applied: &mut Applied, name: &str, what: &str) {
+    tracing::debug!(
+        deployment = name,
+        "not {what}d: it changed since the plan's view of it; planning again"
+    );
+    applied.stale.push(name.to_string());
 }
 
 /// What execution works from.
@@ -160,26 +199,33 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             ),
         }
     }
+    let seen = |name: &str| observed.deployments.values().find(|d| d.name == name);
     for (name, replicas) in &plan.scale {
-        deployments
-            .patch_scale(
-                name,
-                &PatchParams::default(),
-                &Patch::Merge(json!({"spec": {"replicas": replicas}})),
-            )
+        let body = scale_body(seen(name), *replicas);
+        match deployments
+            .patch_scale(name, &PatchParams::default(), &Patch::Merge(body))
             .await
-            .map_err(|e| Error::kube_write(format!("scale Deployment {ns}/{name}"), &e))?;
-        applied.done.push(Done::Scaled {
-            deployment: name.clone(),
-            replicas: *replicas,
-        });
+        {
+            Ok(_) => applied.done.push(Done::Scaled {
+                deployment: name.clone(),
+                replicas: *replicas,
+            }),
+            Err(kube::Error::Api(s)) if s.code == 409 => stale(applied, name, "scale"),
+            Err(e) => {
+                return Err(Error::kube_write(
+                    format!("scale Deployment {ns}/{name}"),
+                    &e,
+                ));
+            }
+        }
     }
     for name in &plan.delete_deployments {
-        match deployments.delete(name, &DeleteParams::background()).await {
+        match deployments.delete(name, &delete_params(seen(name))).await {
             Ok(_) => applied.done.push(Done::DeletedDeployment {
                 deployment: name.clone(),
             }),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => stale(applied, name, "delete"),
             Err(e) => {
                 return Err(Error::kube_write(
                     format!("delete Deployment {ns}/{name}"),

@@ -281,6 +281,10 @@ async fn roll_out(
         },
     };
     let requeue = match (&outcome, &pass) {
+        // A Deployment changed under a destructive write: plan again soon, on what it is now.
+        (Outcome::Executed { .. }, Ok(p)) if !p.applied.stale.is_empty() => {
+            p.pace.requeue.min(ctx.intervals.moving)
+        }
         (Outcome::Executed { .. }, Ok(p)) => p.pace.requeue,
         (Outcome::Failed { verdict, .. }, _) => {
             ctx.memories.update(&key(wd), |m| m.read = None);

@@ -76,7 +76,10 @@ fn condition(s: &WorkerDeploymentStatus, type_: &str) -> (String, String) {
 /// The status written after `done` was applied to `observed`, the target being v2, with
 /// no previous status, at t(100).
 fn status_after(observed: &Observed, done: Vec<Done>) -> WorkerDeploymentStatus {
-    let applied = Applied { done, error: None };
+    let applied = Applied {
+        done,
+        ..Default::default()
+    };
     let outcome = Outcome::Executed {
         observed,
         plan: &plan_for("v2"),
@@ -113,9 +116,16 @@ fn a_promotion_made_now_shows_in_the_status_written_now() {
     // What was observed is left as it was read.
     assert_eq!(observed.temporal.current_build_id.as_deref(), Some("v1"));
     assert_eq!(
-        effective(&observed, &Applied { done, error: None }, ME)
-            .temporal
-            .versions["v1"]
+        effective(
+            &observed,
+            &Applied {
+                done,
+                ..Default::default()
+            },
+            ME
+        )
+        .temporal
+        .versions["v1"]
             .last_current_at,
         Some(t(100)),
         "the rollback window counts from the promotion"
