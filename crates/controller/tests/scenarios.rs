@@ -82,6 +82,8 @@ scenarios! {
     a_template_whose_build_id_is_taken_gets_its_own =>
         unknown::a_template_whose_build_id_is_taken_gets_its_own,
     deletion_waits_for_pinned_workflows => deletion::deletion_waits_for_pinned_workflows,
+    deletion_waits_for_pinned_workflows_where_they_were_registered =>
+        deletion::deletion_waits_for_pinned_workflows_where_they_were_registered,
     deletion_waits_while_another_manager_routes_to_a_version =>
         deletion::deletion_waits_while_another_manager_routes_to_a_version,
     a_temporal_namespace_change_moves_the_target_and_keeps_older_versions =>

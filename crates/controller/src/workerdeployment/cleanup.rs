@@ -7,14 +7,15 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, PropagationPolicy};
 use kube::runtime::controller::Action;
+use std::collections::BTreeSet;
 use std::time::SystemTime;
 
 use twc_api::conditions::{
     CLEANUP_BLOCKED, READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE,
 };
 use twc_api::{
-    FINALIZER, SKIP_DRAINAGE_ANNOTATION, SKIP_TEMPORAL_CLEANUP_ANNOTATION, VersionStatus,
-    WorkerDeployment,
+    ConnectionSpec, FINALIZER, SKIP_DRAINAGE_ANNOTATION, SKIP_TEMPORAL_CLEANUP_ANNOTATION,
+    VersionStatus, WorkerDeployment,
 };
 
 use super::{Context, STALE_RETRY};
@@ -23,7 +24,7 @@ use crate::config::Manager;
 use crate::connections;
 use crate::error::{Error, Result, Rpc};
 use crate::events::EventType;
-use crate::plan::{self, build_id};
+use crate::plan::{self, ObservedDeployment, build_id};
 use crate::temporal::pool::PoolKey;
 use crate::temporal::{Code, DeploymentState, Status, WorkerDeploymentRef};
 use crate::writes::{self, Swap};
@@ -93,109 +94,72 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .annotations()
         .get(SKIP_DRAINAGE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let mut temporal_state = None;
-    // Versions whose workers stay: Temporal still routes new work to them, or they hold open
-    // pinned workflows. The deletion waits for them.
-    let mut keep = Kept::default();
-    if let Some((_, key)) = &client {
+    // Every versioned Deployment, with the place its workers poll: the Temporal namespace it
+    // was rendered for, through the connection it was rendered for.
+    let owned: Vec<ObservedDeployment> = ctx
+        .deployments
+        .in_namespace(&ns)
+        .iter()
+        .filter(|d| plan::deployment::is_owned_by(d.as_ref(), wd))
+        .map(|d| d.view.clone())
+        .collect();
+    let place_of = |d: &ObservedDeployment| {
+        d.temporal_namespace
+            .clone()
+            .unwrap_or_else(|| temporal_ns.clone())
+    };
+    // Versions whose workers stay, where they poll: Temporal still routes new work to them,
+    // they hold open pinned workflows, or what they need cannot be known. The deletion waits.
+    let mut keep = Keeping::default();
+    // The places cleaned up in Temporal once the workers are gone.
+    let mut cleaned: Vec<(String, DeploymentState)> = Vec::new();
+    if let Some((conn, key, spec)) = &client {
         ctx.reads
             .take(key, crate::temporal::reads::Priority::Moving)
             .await;
-    }
-    let target = client.as_ref().map(|(conn, _)| WorkerDeploymentRef {
-        conn,
-        namespace: &temporal_ns,
-        name: &deployment_name,
-        identity: &identity,
-    });
-    if let Some(target) = &target {
-        let subject = format!("for {deployment_name}");
-        let failed = |rpc, s: Status| Error::temporal(rpc, &subject, &s);
-        let state = target
-            .describe()
-            .await
-            .map_err(|s| failed(Rpc::DescribeWorkerDeployment, s))?;
-        let manager = ctx.identity.manager(&state.manager_identity);
-        if state.exists && manager == Manager::Foreign {
-            if !skip_drainage {
-                keep = Kept::of(&state, true);
-                keep.manager = Some(state.manager_identity.clone());
-                keep.confirm_draining(target)
-                    .await
-                    .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
+        let hash = plan::deployment::connection_hash(spec);
+        let same_connection =
+            |d: &ObservedDeployment| d.connection_hash.as_deref().is_none_or(|h| h == hash);
+        // The spec's namespace, and every other one a version of this connection polls (left
+        // there by a `temporalNamespace` change, with its pinned workflows).
+        let mut places = BTreeSet::from([temporal_ns.clone()]);
+        places.extend(owned.iter().filter(|d| same_connection(d)).map(place_of));
+        for place in places {
+            let target = WorkerDeploymentRef {
+                conn,
+                namespace: &place,
+                name: &deployment_name,
+                identity: &identity,
+            };
+            match clean_routing(wd, ctx, &target, skip_drainage).await? {
+                Routed::Changed => return Ok(Action::requeue(ctx.intervals.moving)),
+                Routed::Kept(kept, state) => {
+                    keep.places.push((place.clone(), kept));
+                    cleaned.extend(state.map(|s| (place, s)));
+                }
             }
-            if keep.is_empty() {
-                ctx.event(
-                    wd,
-                    EventType::Warning,
-                    "CleanupSkipped",
-                    format!(
-                        "routing of {deployment_name} is managed by {:?}; Temporal is left as it is",
-                        state.manager_identity
-                    ),
+        }
+        // A version rendered for another connection cannot be read through this one: what
+        // it still serves is not known, so it is kept.
+        if !skip_drainage {
+            keep.unknown.extend(owned.iter().filter(|d| !same_connection(d)).map(|d| {
+                (
+                    d.build_id.clone(),
+                    "its workers use a previous connection, which the controller can no longer reach".to_string(),
                 )
-                .await;
-            }
-        } else if state.exists {
-            let mut token = state.conflict_token.clone();
-            if manager == Manager::Claimable && !state.manager_identity.is_empty() {
-                // TWC's deprecated default or an identity named for takeover: claimed first,
-                // as before any routing change.
-                token = target
-                    .claim_manager(token)
-                    .await
-                    .map_err(|s| failed(Rpc::SetWorkerDeploymentManager, s))?;
-            }
-            let routed = state.ramping_build_id.is_some() || state.current_build_id.is_some();
-            if state.ramping_build_id.is_some() {
-                token = target
-                    .set_ramping("", 0.0, token)
-                    .await
-                    .map_err(|s| failed(Rpc::SetWorkerDeploymentRampingVersion, s))?;
-            }
-            if state.current_build_id.is_some() {
-                target
-                    .set_current("", token, true)
-                    .await
-                    .map_err(|s| failed(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
-            }
-            if routed && !skip_drainage {
-                // New work goes to unversioned workers now; the versions routed to until now
-                // drain (or are drained) at the next look.
-                return Ok(Action::requeue(ctx.intervals.moving));
-            }
-            if !skip_drainage {
-                keep = Kept::of(&state, false);
-                keep.confirm_draining(target)
-                    .await
-                    .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
-            }
-            temporal_state = Some(state);
+            }));
         }
     }
 
     // Stop the workers nothing needs: their pollers would block version deletion.
     let deployments: Api<Deployment> = Api::namespaced(ctx.client.clone(), &ns);
-    let owned: Vec<(String, String)> = ctx
-        .deployments
-        .in_namespace(&ns)
-        .iter()
-        .filter(|d| plan::deployment::is_owned_by(d.as_ref(), wd))
-        .map(|d| {
-            let build = d
-                .labels()
-                .get(twc_api::labels::BUILD_ID)
-                .cloned()
-                .unwrap_or_default();
-            (d.name_any(), build)
-        })
-        .collect();
     let mut stopping = 0;
-    for (name, build) in &owned {
-        if keep.contains(build) {
+    for d in &owned {
+        if keep.contains(&place_of(d), &d.build_id) {
             continue;
         }
         stopping += 1;
+        let name = &d.name;
         // Foreground: the Deployment stays (Terminating) until its pods are gone, so its
         // absence from the cache means its workers stopped polling.
         let dp = DeleteParams {
@@ -214,13 +178,13 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
     }
     if !keep.is_empty() {
-        report_waiting(wd, ctx, &deployment_name, &keep).await?;
+        report_waiting(wd, ctx, &deployment_name, &temporal_ns, &keep).await?;
         return Ok(Action::requeue(
             ctx.intervals.moving.max(ctx.intervals.steady),
         ));
     }
 
-    if temporal_state.is_some() && stopping > 0 {
+    if !cleaned.is_empty() && stopping > 0 {
         // A worker still polling would register its version again right after its deletion
         // (and with it the worker deployment): delete the versions once the workers are gone.
         return retry(format!(
@@ -228,28 +192,36 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         ));
     }
 
-    if let (Some(target), Some(state)) = (&target, &temporal_state) {
-        for build in state.versions.keys() {
-            if let Err(s) = target.delete_version(build, true).await {
+    if let Some((conn, _, _)) = &client {
+        for (place, state) in &cleaned {
+            let target = WorkerDeploymentRef {
+                conn,
+                namespace: place,
+                name: &deployment_name,
+                identity: &identity,
+            };
+            for build in state.versions.keys() {
+                if let Err(s) = target.delete_version(build, true).await {
+                    if s.code() == Code::FailedPrecondition {
+                        return retry(format!("version {build}: {}", s.message()));
+                    }
+                    return Err(Error::temporal(
+                        Rpc::DeleteWorkerDeploymentVersion,
+                        format!("of {deployment_name}"),
+                        &s,
+                    ));
+                }
+            }
+            if let Err(s) = target.delete().await {
                 if s.code() == Code::FailedPrecondition {
-                    return retry(format!("version {build}: {}", s.message()));
+                    return retry(s.message().to_string());
                 }
                 return Err(Error::temporal(
-                    Rpc::DeleteWorkerDeploymentVersion,
-                    format!("of {deployment_name}"),
+                    Rpc::DeleteWorkerDeployment,
+                    deployment_name.clone(),
                     &s,
                 ));
             }
-        }
-        if let Err(s) = target.delete().await {
-            if s.code() == Code::FailedPrecondition {
-                return retry(s.message().to_string());
-            }
-            return Err(Error::temporal(
-                Rpc::DeleteWorkerDeployment,
-                deployment_name.clone(),
-                &s,
-            ));
         }
     }
     let finalizers: Vec<String> = wd
@@ -268,15 +240,16 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     })
 }
 
-/// A Temporal client for `wd`'s cleanup through the connection it references now.
+/// A Temporal client for `wd`'s cleanup through the connection it references now, with that
+/// connection's spec.
 async fn connect(
     wd: &WorkerDeployment,
     ctx: &Context,
     ns: &str,
     temporal_ns: &str,
-) -> Result<(TemporalConnection, PoolKey)> {
+) -> Result<(TemporalConnection, PoolKey, ConnectionSpec)> {
     let resolved = connections::resolve(wd, &ctx.stores)?;
-    connections::temporal_client(
+    let (conn, key) = connections::temporal_client(
         &ctx.client,
         &ctx.pool,
         &ctx.secret_meta,
@@ -284,7 +257,152 @@ async fn connect(
         ns,
         temporal_ns,
     )
-    .await
+    .await?;
+    Ok((conn, key, resolved.spec))
+}
+
+/// What the routing of one place (a Temporal namespace) says for a deletion.
+enum Routed {
+    /// New work was just routed back to unversioned workers: look again in a moment.
+    Changed,
+    /// The versions whose workers stay there, and the state to clean up once every worker is
+    /// gone (None: nothing of ours to delete there, or another manager's).
+    Kept(Kept, Option<DeploymentState>),
+}
+
+/// Routes new work in `target`'s namespace back to unversioned workers (when the routing is
+/// ours) and says which versions keep their workers there.
+async fn clean_routing(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    target: &WorkerDeploymentRef<'_>,
+    skip_drainage: bool,
+) -> Result<Routed> {
+    let deployment_name = target.name;
+    let subject = format!("for {deployment_name} in {}", target.namespace);
+    let failed = |rpc, s: Status| Error::temporal(rpc, &subject, &s);
+    let state = target
+        .describe()
+        .await
+        .map_err(|s| failed(Rpc::DescribeWorkerDeployment, s))?;
+    let manager = ctx.identity.manager(&state.manager_identity);
+    let mut keep = Kept::default();
+    if !state.exists {
+        return Ok(Routed::Kept(keep, None));
+    }
+    if manager == Manager::Foreign {
+        if !skip_drainage {
+            keep = Kept::of(&state, true);
+            keep.manager = Some(state.manager_identity.clone());
+            keep.confirm_draining(target)
+                .await
+                .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
+        }
+        if keep.is_empty() {
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!(
+                    "routing of {deployment_name} in Temporal namespace {} is managed by {:?}; Temporal is left as it is",
+                    target.namespace, state.manager_identity
+                ),
+            )
+            .await;
+        }
+        return Ok(Routed::Kept(keep, None));
+    }
+    let mut token = state.conflict_token.clone();
+    if manager == Manager::Claimable && !state.manager_identity.is_empty() {
+        // TWC's deprecated default or an identity named for takeover: claimed first, as
+        // before any routing change.
+        token = target
+            .claim_manager(token)
+            .await
+            .map_err(|s| failed(Rpc::SetWorkerDeploymentManager, s))?;
+    }
+    let routed = state.ramping_build_id.is_some() || state.current_build_id.is_some();
+    if state.ramping_build_id.is_some() {
+        token = target
+            .set_ramping("", 0.0, token)
+            .await
+            .map_err(|s| failed(Rpc::SetWorkerDeploymentRampingVersion, s))?;
+    }
+    if state.current_build_id.is_some() {
+        target
+            .set_current("", token, true)
+            .await
+            .map_err(|s| failed(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
+    }
+    if routed && !skip_drainage {
+        // New work goes to unversioned workers now; the versions routed to until now drain
+        // (or are drained) at the next look.
+        return Ok(Routed::Changed);
+    }
+    if !skip_drainage {
+        keep = Kept::of(&state, false);
+        keep.confirm_draining(target)
+            .await
+            .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
+    }
+    Ok(Routed::Kept(keep, Some(state)))
+}
+
+/// What a deletion keeps, place by place, and the versions it cannot account for.
+#[derive(Debug, Default)]
+struct Keeping {
+    /// (Temporal namespace, what it needs there).
+    places: Vec<(String, Kept)>,
+    /// (build ID, why) of versions whose needs cannot be read.
+    unknown: Vec<(String, String)>,
+}
+
+impl Keeping {
+    fn is_empty(&self) -> bool {
+        self.unknown.is_empty() && self.places.iter().all(|(_, k)| k.is_empty())
+    }
+
+    /// Whether the workers of `build`, polling in Temporal namespace `place`, stay.
+    fn contains(&self, place: &str, build: &str) -> bool {
+        self.unknown.iter().any(|(b, _)| b == build)
+            || self
+                .places
+                .iter()
+                .any(|(p, k)| p == place && k.contains(build))
+    }
+
+    /// `(reason, message)` for the Ready condition and the event: each place's, the spec's
+    /// own namespace first, others named.
+    fn explain(&self, deployment_name: &str, spec_ns: &str) -> (&'static str, String) {
+        let mut reason = WAITING_FOR_DRAINAGE;
+        let mut parts = Vec::new();
+        let mut places: Vec<&(String, Kept)> =
+            self.places.iter().filter(|(_, k)| !k.is_empty()).collect();
+        places.sort_by_key(|(p, _)| p != spec_ns);
+        for (place, kept) in places {
+            let (why, message) = kept.explain(deployment_name);
+            if why == ROUTED_BY_ANOTHER_MANAGER {
+                reason = why;
+            }
+            parts.push(if place == spec_ns {
+                message
+            } else {
+                format!("in Temporal namespace {place} (where they were registered): {message}")
+            });
+        }
+        if !self.unknown.is_empty() {
+            let named: Vec<String> = self
+                .unknown
+                .iter()
+                .map(|(b, why)| format!("{b} ({why})"))
+                .collect();
+            parts.push(format!(
+                "deletion keeps the workers of versions it cannot account for: {}; delete their Deployments once Temporal reports them drained where they poll, or annotate the WorkerDeployment {SKIP_DRAINAGE_ANNOTATION}=true to delete them now",
+                named.join(", ")
+            ));
+        }
+        (reason, parts.join("; "))
+    }
 }
 
 /// The versions a deletion keeps the workers of, by why.
@@ -380,10 +498,11 @@ async fn report_waiting(
     wd: &WorkerDeployment,
     ctx: &Context,
     deployment_name: &str,
-    keep: &Kept,
+    spec_ns: &str,
+    keep: &Keeping,
 ) -> Result<()> {
-    let (why, message) = keep.explain(deployment_name);
-    let type_ = if keep.manager.is_some() && !keep.routed.is_empty() {
+    let (why, message) = keep.explain(deployment_name, spec_ns);
+    let type_ = if why == ROUTED_BY_ANOTHER_MANAGER || !keep.unknown.is_empty() {
         EventType::Warning
     } else {
         EventType::Normal

@@ -127,6 +127,75 @@ pub async fn deletion_waits_for_pinned_workflows(w: &'static World) {
     s.wait_gone(&v1).await;
 }
 
+/// A version left draining in the Temporal namespace it was registered in, after
+/// `temporalNamespace` moved the WorkerDeployment (and a new template) elsewhere: deleting the
+/// WorkerDeployment routes that namespace back to unversioned too and keeps the version's
+/// workers (`WaitingForDrainage`, naming it and its namespace) until its pinned workflow is
+/// done; then everything goes. Before: the cleanup read only the spec's namespace, found
+/// nothing pinned there and deleted the old version's workers under its workflow.
+pub async fn deletion_waits_for_pinned_workflows_where_they_were_registered(w: &'static World) {
+    let mut s = Scenario::new(w, "deletion-moved").await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    s.connect().await;
+    let v1 = s.target_build_id();
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    let old_ns = s.temporal_ns.clone();
+    let seconds = PINNED_SECONDS.to_string();
+    twc_testenv::temporal::start_workflow(
+        &s.temporal,
+        &old_ns,
+        &s.name,
+        "Sleep",
+        "pinned-on-v1",
+        Some(&seconds),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+
+    // Moved, with a new build: v2 goes to the new namespace, v1 stays with its workflow.
+    let new_ns = w
+        .env
+        .temporal_namespace()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut spec = s.spec(all_at_once(), &image("v2"));
+    spec["workerOptions"]["temporalNamespace"] = json!(new_ns);
+    s.wds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": spec})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.temporal_ns = new_ns;
+    s.wait_temporal("v2 current in the new namespace", |t| {
+        t.current_build_id.as_ref().is_some_and(|c| *c != v1)
+    })
+    .await;
+
+    common::delete_wd(&s.client, &s.ns, &s.name).await;
+    let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
+    assert!(
+        message.contains(&v1) && message.contains(&old_ns),
+        "the condition names neither the version nor where it drains: {message}"
+    );
+    s.wait_replicas(&v1, 1).await;
+    s.temporal_ns = old_ns;
+    assert_eq!(
+        s.describe().await.current_build_id,
+        None,
+        "new work still goes to v1 in its namespace"
+    );
+    s.wait_completed("pinned-on-v1", Duration::from_secs(PINNED_SECONDS) + WAIT)
+        .await
+        .unwrap_or_else(|e| panic!("the pinned workflow did not finish on its version: {e}"));
+    common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
+    s.wait_gone(&v1).await;
+}
+
 /// Not a TWC subtest (#11 path 5): when another manager owns the routing (Temporal is left
 /// as it is) and still routes new work to a version, its workers stay and the deletion waits
 /// with a Warning saying so and how to get out; the annotation
