@@ -135,7 +135,7 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
                 Routed::Changed => return Ok(Action::requeue(ctx.intervals.moving)),
                 Routed::Kept(kept, state) => {
                     keep.places.push((place.clone(), kept));
-                    cleaned.extend(state.map(|s| (place, s)));
+                    cleaned.extend(state.map(|s| (place, *s)));
                 }
             }
         }
@@ -267,7 +267,7 @@ enum Routed {
     Changed,
     /// The versions whose workers stay there, and the state to clean up once every worker is
     /// gone (None: nothing of ours to delete there, or another manager's).
-    Kept(Kept, Option<DeploymentState>),
+    Kept(Kept, Option<Box<DeploymentState>>),
 }
 
 /// Routes new work in `target`'s namespace back to unversioned workers (when the routing is
@@ -345,7 +345,7 @@ async fn clean_routing(
             .await
             .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
     }
-    Ok(Routed::Kept(keep, Some(state)))
+    Ok(Routed::Kept(keep, Some(Box::new(state))))
 }
 
 /// What a deletion keeps, place by place, and the versions it cannot account for.
