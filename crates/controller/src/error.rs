@@ -180,6 +180,17 @@ impl Error {
         }
     }
 
+    /// An error that stays while the WorkerDeployment's namespace is being deleted: its
+    /// Connection or credential Secret is gone (deleted with the namespace), or it is refused.
+    pub fn is_permanent_in_dying_namespace(&self) -> bool {
+        matches!(
+            self,
+            Error::ConnectionNotFound(_)
+                | Error::ConnectionNotAllowed(_)
+                | Error::AuthSecretInvalid(_)
+        )
+    }
+
     /// Temporal refused a call for its rate limits (`ResourceExhausted`).
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Error::Temporal { code, .. } if *code == tonic::Code::ResourceExhausted)

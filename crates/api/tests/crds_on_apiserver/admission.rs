@@ -349,3 +349,62 @@ async fn a_cluster_connection_that_does_not_allow_a_worker_deployment_refuses_it
     ccs.delete(&cc, &Default::default()).await?;
     Ok(())
 }
+
+/// `config/admission/workerdeployment-foreground-deletion.yaml`: `--cascade=foreground` on a
+/// WorkerDeployment with a running version is refused (the garbage collector would delete its
+/// workers before the controller drains them), unless it is annotated skip-drainage; a
+/// background deletion, and a foreground one of a WorkerDeployment that runs nothing, go
+/// through.
+#[tokio::test]
+async fn a_foreground_cascade_is_refused_while_a_version_runs() -> TestResult {
+    use kube::api::{DeleteParams, Patch, PatchParams};
+    let (env, admin) = setup().await?;
+    apply_admission_policies(&admin).await?;
+    let ns = env.namespace("foreground").await?;
+    let wds = api(&admin, &ns, "WorkerDeployment");
+    let running = |name: &'static str| {
+        let wds = wds.clone();
+        async move {
+            wds.create(&PostParams::default(), &object(minimal_wd(name)))
+                .await?;
+            let status =
+                json!({"status": {"currentVersion": {"buildID": "v1", "status": "Current"}}});
+            wds.patch_status(name, &PatchParams::default(), &Patch::Merge(status))
+                .await?;
+            Ok::<_, Box<dyn std::error::Error>>(())
+        }
+    };
+    running("a").await?;
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let message = loop {
+        match wds.delete("a", &DeleteParams::foreground()).await {
+            Err(kube::Error::Api(s)) if s.code == 403 || s.code == 422 => break s.message,
+            Err(e) => return Err(e.into()),
+            Ok(_) => {
+                assert!(std::time::Instant::now() < deadline, "never enforced");
+                running("a").await?;
+                tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            }
+        }
+    };
+    assert!(
+        message.contains("a foreground cascade deletes the workers of every version of WorkerDeployment a at once"),
+        "{message}"
+    );
+    // Annotated: the person accepts it.
+    wds.patch(
+        "a",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"annotations": {"temporal.io/skip-drainage": "true"}}})),
+    )
+    .await?;
+    wds.delete("a", &DeleteParams::foreground()).await?;
+    // Background: the controller drains first.
+    running("b").await?;
+    wds.delete("b", &DeleteParams::background()).await?;
+    // Nothing running: nothing to lose.
+    wds.create(&PostParams::default(), &object(minimal_wd("c")))
+        .await?;
+    wds.delete("c", &DeleteParams::foreground()).await?;
+    Ok(())
+}

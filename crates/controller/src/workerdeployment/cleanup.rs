@@ -67,6 +67,21 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             .await;
             None
         }
+        // The whole namespace is being deleted: Kubernetes takes its workers and its Secrets
+        // whatever the controller does, and a cleanup that needs those Secrets would hold the
+        // namespace Terminating for ever. What is left in Temporal is said.
+        Err(e) if e.is_permanent_in_dying_namespace() && namespace_terminating(ctx, &ns).await => {
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!(
+                    "{e}; namespace {ns} is being deleted, so its credentials and workers are going: Temporal worker deployment {deployment_name} in Temporal namespace {temporal_ns} is left as it is"
+                ),
+            )
+            .await;
+            None
+        }
         Err(e) if abandon => {
             ctx.event(
                 wd,
@@ -238,6 +253,16 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
         Swap::Stale => Action::requeue(STALE_RETRY),
     })
+}
+
+/// Whether namespace `ns` is being deleted (a read of its metadata; not known is no).
+async fn namespace_terminating(ctx: &Context, ns: &str) -> bool {
+    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
+    api.get_metadata_opt(ns)
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
 }
 
 /// A Temporal client for `wd`'s cleanup through the connection it references now, with that

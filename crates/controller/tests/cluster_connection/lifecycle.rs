@@ -271,3 +271,28 @@ async fn a_deletion_that_cannot_reach_temporal_waits_until_a_person_skips_the_cl
     wait_wd_gone(&client, &ns, "w", ROLLOUT).await;
     Ok(())
 }
+
+/// Deleting a whole namespace: Kubernetes deletes its Secrets and Deployments whatever the
+/// controller does, so a cleanup that needs the credential Secret cannot run; the controller
+/// says what it leaves in Temporal (`CleanupSkipped`) instead of holding the namespace
+/// Terminating for ever. Before: `CleanupBlocked` (the Secret was gone) kept the namespace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_namespace_is_never_held_by_a_cleanup_that_cannot_run() -> TestResult {
+    use k8s_openapi::api::core::v1::Namespace;
+    let w = world(true).await?;
+    let client = w.client().await;
+    let ns = w.tenant("ns-delete").await;
+    w.connection(&ns, "c").await;
+    w.worker_deployment(&ns, "w", by_name("c"), "v1").await;
+    wait_wd(&client, &ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+    let namespaces = Api::<Namespace>::all(client.clone());
+    namespaces.delete(&ns, &DeleteParams::default()).await?;
+    twc_testenv::wait_for(&format!("namespace {ns} gone"), ROLLOUT, || async {
+        match namespaces.get_opt(&ns).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(n) => Err(format!("{:?}", n.status.and_then(|s| s.conditions))),
+        }
+    })
+    .await?;
+    Ok(())
+}
