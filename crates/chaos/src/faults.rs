@@ -220,7 +220,7 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
         wrts.create(&PostParams::default(), &wrt).await?;
     }
     let state = run.describe(name).await.context("Temporal unreadable")?;
-    let build = state.current_build_id.context("no current version")?;
+    let build = state.current.context("no current version")?;
     // The controller has seen the template once it applied it for this build.
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {

@@ -5,11 +5,11 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, DeleteParams};
-use twc_api::{ClusterConnection, Connection, VersionStatus};
+use twc_api::{ClusterConnection, Connection};
 use twc_controller::plan::build_id;
-use twc_controller::temporal::DeploymentState;
 
 use crate::rollouts::converged_with;
+use crate::temporal_view::{Status, View};
 use crate::{CALL_TIMEOUT, CLUSTER_CONNECTION, CONNECTION, OBSERVE_EVERY, Run, SCALED};
 
 /// Reads Temporal and the apiserver every [`OBSERVE_EVERY`] until the driver is done: I1,
@@ -46,7 +46,7 @@ pub(crate) async fn observe(run: &Run<'_>) {
                 .map(|(_, b)| b.clone())
                 .collect();
             for build in scaled {
-                if state.current_build_id.as_deref() != Some(build.as_str()) {
+                if state.current.as_deref() != Some(build.as_str()) {
                     continue;
                 }
                 let deployment = build_id::deployment_name(name, &build);
@@ -83,19 +83,20 @@ pub(crate) async fn observe(run: &Run<'_>) {
 }
 
 /// The versions that must have workers: routed to (I1), or Draining (I2).
-fn needs_workers(state: &DeploymentState) -> Vec<(String, &'static str)> {
+fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
-    out.extend(state.current_build_id.clone().map(|b| (b, "current")));
-    out.extend(state.ramping_build_id.clone().map(|b| (b, "ramping")));
-    for (build, v) in &state.versions {
-        if v.status == VersionStatus::Draining && !out.iter().any(|(b, _)| b == build) {
+    out.extend(state.current.clone().map(|b| (b, "current")));
+    out.extend(state.ramping.clone().map(|b| (b, "ramping")));
+    for (build, status) in &state.versions {
+        if *status == Status::Draining && !out.iter().any(|(b, _)| b == build) {
             out.push((build.clone(), "draining"));
         }
     }
     out
 }
 
-/// What is wrong with the workers of `build`, if anything (None also when unreadable).
+/// What is wrong with the workers of `build`, if anything (None also when unreadable): its
+/// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready.
 async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Option<String> {
     let deployment = build_id::deployment_name(name, build);
     let d = match run.deployments().get_opt(&deployment).await {
@@ -108,6 +109,10 @@ async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Opt
     let Some(d) = d else {
         return Some("its Deployment is gone".into());
     };
+    // Being deleted is gone: its pods are on their way out.
+    if d.metadata.deletion_timestamp.is_some() {
+        return Some("its Deployment is being deleted".into());
+    }
     let spec = d.spec.as_ref().and_then(|s| s.replicas);
     let ready = d
         .status
@@ -128,27 +133,43 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
         .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
-/// I2: every pinned workflow started during the run completes.
+/// I2: every pinned workflow started during the run completes, on the version it was pinned
+/// to when it started.
 pub(crate) async fn check_pinned(run: &Run<'_>) {
-    let ids = run.report().pinned.clone();
+    let pinned = run.report().pinned.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
-    for id in ids {
+    for (id, own) in pinned {
         loop {
-            let read = twc_testenv::temporal::workflow_status(&run.temporal, &run.temporal_ns, &id);
-            let status = match tokio::time::timeout(CALL_TIMEOUT, read).await {
-                Ok(Ok(s)) => s,
-                // Unreadable for now: asked again until the deadline.
-                Ok(Err(_)) | Err(_) => "Running".into(),
-            };
-            if status == "Completed" {
-                break;
+            let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, &id);
+            // Unreadable for now: not known, asked again until the deadline.
+            let read = tokio::time::timeout(CALL_TIMEOUT, read)
+                .await
+                .ok()
+                .and_then(Result::ok);
+            match read {
+                Some((status, build)) if status == "Completed" => {
+                    if own.is_some() && build != own {
+                        run.report().violate(
+                            "I2",
+                            format!("pinned workflow {id} completed on {build:?}, not on its own version {own:?}"),
+                        );
+                    }
+                    break;
+                }
+                Some((status, _)) if status != "Running" => {
+                    run.report()
+                        .violate("I2", format!("pinned workflow {id} ended {status}"));
+                    break;
+                }
+                _ if Instant::now() > deadline => {
+                    run.report().violate(
+                        "I2",
+                        format!("pinned workflow {id} not seen completed within 120 s"),
+                    );
+                    break;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(500)).await,
             }
-            if status != "Running" || Instant::now() > deadline {
-                run.report()
-                    .violate("I2", format!("pinned workflow {id} ended {status}"));
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }
 }
@@ -160,7 +181,8 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
     }
     let deadline = Instant::now() + run.converge;
     for name in &run.names {
-        while matches!(run.wds().get_opt(name).await, Ok(Some(_))) {
+        // A failed read is not known, never gone: read again.
+        while !matches!(run.wds().get_opt(name).await, Ok(None)) {
             if Instant::now() > deadline {
                 run.report()
                     .violate("I3", format!("WorkerDeployment {name} is not deleted"));
@@ -177,8 +199,8 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
     let _ = cs.delete(CONNECTION, &DeleteParams::default()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let cc_left = matches!(ccs.get_opt(CLUSTER_CONNECTION).await, Ok(Some(_)));
-        let c_left = matches!(cs.get_opt(CONNECTION).await, Ok(Some(_)));
+        let cc_left = !matches!(ccs.get_opt(CLUSTER_CONNECTION).await, Ok(None));
+        let c_left = !matches!(cs.get_opt(CONNECTION).await, Ok(None));
         if !cc_left && !c_left {
             break;
         }
@@ -192,16 +214,30 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for name in &run.names {
-        if let Some(state) = run.describe(name).await
-            && state.exists
-        {
-            run.report().violate(
+        // Unreadable is asked again until it is read; never read is a violation, not a pass.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let state = loop {
+            if let Some(state) = run.describe(name).await {
+                break Some(state);
+            }
+            if Instant::now() > deadline {
+                break None;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        };
+        match state {
+            Some(state) if state.exists => run.report().violate(
                 "I3",
                 format!(
                     "Temporal still has the worker deployment of {name}: {} versions",
                     state.versions.len()
                 ),
-            );
+            ),
+            Some(_) => {}
+            None => run.report().violate(
+                "I3",
+                format!("Temporal could not be read for a minute to check {name} is gone"),
+            ),
         }
     }
 }

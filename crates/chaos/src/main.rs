@@ -21,14 +21,19 @@
 //!   valid, as cert-manager renews): every connection is mutual TLS through a TLS proxy in
 //!   front of the dev server, so the controller must dial again with the new Secret.
 //!
-//! An observer reads Temporal and the apiserver every 200 ms and checks:
+//! An observer reads Temporal (with the checker's own calls and reading of the answers, never
+//! the controller's `temporal::describe`) and the apiserver every 200 ms and checks; a read
+//! that fails is "not known", read again, never a pass:
 //!
 //! - I1: new work is never routed (Current or Ramping) to a version without ready workers;
-//! - I2: a Draining version (open pinned workflows) is never scaled to 0 or deleted, and
-//!   every pinned workflow started during the run completes on its own version;
+//! - I2: a Draining version (open pinned workflows) is never scaled to 0, deleted or being
+//!   deleted, and every pinned workflow started during the run completes, on the version it
+//!   was pinned to at its first workflow task;
 //! - I3: after the run, with every WorkerDeployment deleted, every Connection and
 //!   ClusterConnection can be deleted, and Temporal keeps no worker deployment of them;
-//! - I4: once the faults stop, each WorkerDeployment converges to its spec's target within a
+//! - I4: once the faults stop, each WorkerDeployment converges to its spec's target (the build
+//!   ID of its template current in Temporal, nothing ramping, its pods ready; the controller's
+//!   status is not consulted) within a
 //!   bound (the bound plus the longest retry backoff); and replicas a scaler set are never
 //!   written over while that version is current. Rollouts slower than the bound while faults
 //!   go on are counted, not judged.
@@ -47,6 +52,7 @@ mod replicas;
 mod report;
 mod rollouts;
 mod setup;
+mod temporal_view;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -62,7 +68,6 @@ use kube::api::Api;
 use temporalio_client::Connection as TemporalConnection;
 use twc_api::WorkerDeployment;
 use twc_controller::plan::build_id;
-use twc_controller::temporal::{self, DeploymentState};
 use twc_testenv::control_plane::ControlPlane;
 use twc_testenv::node::{self, Node, NodeEnv};
 use twc_testenv::pki::{Ca, Usage};
@@ -75,6 +80,7 @@ use replicas::{restart_stopped, start_replica, wait_for_leader};
 use report::print_report;
 use rollouts::{drive, wait_converged};
 use setup::{setup, tag_images};
+use temporal_view::View;
 
 const IMAGE: &str = "example.com/chaos-worker";
 /// The example worker's image as `hack/image.sh` names it; on a real node, [`IMAGE`]'s tags
@@ -161,8 +167,9 @@ struct Report {
     read_errors: u64,
     /// Rollouts that did not converge within the bound while faults went on.
     slow: usize,
-    /// Pinned workflows started.
-    pinned: Vec<String>,
+    /// Pinned workflows started, with the build ID they were pinned to at their first
+    /// workflow task (None when that was not seen in time).
+    pinned: Vec<(String, Option<String>)>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
     scaled: Vec<(String, String)>,
 }
@@ -236,9 +243,11 @@ impl Run<'_> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    async fn describe(&self, name: &str) -> Option<DeploymentState> {
+    /// What Temporal says of `name`, read by the checker's own code; None when it cannot be
+    /// read now (not known: never a pass, never "absent").
+    async fn describe(&self, name: &str) -> Option<View> {
         let deployment = build_id::temporal_deployment_name(&self.ns, name);
-        let read = temporal::describe(&self.temporal, &self.temporal_ns, &deployment);
+        let read = temporal_view::read(&self.temporal, &self.temporal_ns, &deployment);
         tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()
     }
 }

@@ -26,12 +26,13 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         }
     );
     println!(
-        "rollouts completed: {} in {:.0} s ({} more converged only after the {} s bound, under faults); pinned workflows started: {}; observations: {} (every {} ms), reads skipped while a server restarted: {}",
+        "rollouts completed: {} in {:.0} s ({} more converged only after the {} s bound, under faults); pinned workflows started: {} ({} with their own version seen at start, checked at completion); observations: {} (every {} ms), reads skipped while a server restarted: {}",
         report.rollouts,
         took.as_secs_f64(),
         report.slow,
         run.converge.as_secs(),
         report.pinned.len(),
+        report.pinned.iter().filter(|(_, v)| v.is_some()).count(),
         report.observations,
         OBSERVE_EVERY.as_millis(),
         report.read_errors

@@ -5,33 +5,33 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
+use twc_controller::plan::build_id;
 use twc_controller::plan::target_build_id;
-use twc_controller::temporal::DeploymentState;
+
+use crate::temporal_view::View;
 
 use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
 
-/// Whether `name` is at its spec's target: the status and Temporal both say it is current,
-/// nothing ramps.
+/// Whether `name` is at its spec's target, judged from the spec and what the servers say,
+/// never from the controller's status: the build ID of the spec's template is current in
+/// Temporal, nothing ramps, and its Deployment has every replica ready.
 pub(crate) async fn converged(run: &Run<'_>, name: &str) -> Option<bool> {
     let state = run.describe(name).await?;
     converged_with(run, name, &state).await
 }
 
 /// [`converged`], with Temporal's `state` already read.
-pub(crate) async fn converged_with(
-    run: &Run<'_>,
-    name: &str,
-    state: &DeploymentState,
-) -> Option<bool> {
+pub(crate) async fn converged_with(run: &Run<'_>, name: &str, state: &View) -> Option<bool> {
     let wd = run.wds().get(name).await.ok()?;
+    // The wanted build, from the spec alone (the build ID is a pure function of the template).
     let want = target_build_id(&wd);
-    let status = wd.status.clone().unwrap_or_default();
-    let current = status.current_version.map(|c| c.base.build_id);
-    let target = status.target_version.map(|t| t.base.build_id);
-    if current.as_deref() != Some(&want) || target.as_deref() != Some(&want) {
+    if state.current.as_deref() != Some(&want) || state.ramping.is_some() {
         return Some(false);
     }
-    Some(state.current_build_id.as_deref() == Some(&want) && state.ramping_build_id.is_none())
+    let deployment = build_id::deployment_name(name, &want);
+    let d = run.deployments().get_opt(&deployment).await.ok()??;
+    let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
+    Some(d.metadata.deletion_timestamp.is_none() && ready >= run.replicas)
 }
 
 pub(crate) async fn wait_converged(
@@ -75,7 +75,19 @@ pub(crate) async fn drive(run: &Run<'_>, rng: &mut Rng, rounds: usize) -> anyhow
                 tokio::time::sleep(Duration::from_secs(1)).await;
             }
             if started {
-                run.report().pinned.push(id);
+                // Its own version: where its first workflow task completes, before the image
+                // changes (a few seconds at most; not seen in time, only completion is judged).
+                let mut pinned = None;
+                for _ in 0..20 {
+                    let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, &id);
+                    if let Ok(Ok((_, Some(build)))) = tokio::time::timeout(CALL_TIMEOUT, read).await
+                    {
+                        pinned = Some(build);
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
+                run.report().pinned.push((id, pinned));
             }
             set_image(run, name, &format!("{IMAGE}:r{round}")).await;
         }

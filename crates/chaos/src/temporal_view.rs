@@ -1,0 +1,130 @@
+//! What Temporal says, read by the checker itself: its own call of
+//! `DescribeWorkerDeployment` and its own reading of the answer, so that a mistake in the
+//! controller's `temporal::describe` (how it reads routing, version statuses or a `NotFound`)
+//! cannot hide the controller's mistakes from the invariants.
+
+use std::collections::BTreeMap;
+
+use temporalio_client::Connection;
+use temporalio_client::tonic::{self, Code};
+use temporalio_common::protos::google::rpc::Status as RpcStatus;
+use temporalio_common::protos::temporal::api::enums::v1::WorkerDeploymentVersionStatus as Pb;
+use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkerDeploymentRequest;
+
+/// A version's status, as the checker needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    Current,
+    Ramping,
+    Draining,
+    Drained,
+    Inactive,
+    Other,
+}
+
+/// A worker deployment as Temporal reports it.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct View {
+    /// The worker deployment exists (a `NotFound` whose details say so reads as absent).
+    pub(crate) exists: bool,
+    pub(crate) current: Option<String>,
+    pub(crate) ramping: Option<String>,
+    pub(crate) versions: BTreeMap<String, Status>,
+}
+
+/// Reads worker deployment `deployment` in Temporal namespace `namespace`. An error is an
+/// error: the caller treats it as "not known", never as absent.
+pub(crate) async fn read(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+) -> Result<View, tonic::Status> {
+    let mut svc = conn.workflow_service();
+    let request = DescribeWorkerDeploymentRequest {
+        namespace: namespace.to_string(),
+        deployment_name: deployment.to_string(),
+    };
+    let info = match svc
+        .describe_worker_deployment(tonic::Request::new(request))
+        .await
+    {
+        Ok(r) => r.into_inner().worker_deployment_info.unwrap_or_default(),
+        Err(s) if absent(&s) => return Ok(View::default()),
+        Err(s) => return Err(s),
+    };
+    let routing = info.routing_config.unwrap_or_default();
+    // The routing config names versions; an empty build ID is the unversioned "version".
+    let build = |v: Option<
+        &temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion,
+    >| { v.map(|v| v.build_id.clone()).filter(|b| !b.is_empty()) };
+    let versions = info
+        .version_summaries
+        .iter()
+        .filter_map(|v| {
+            let b = build(v.deployment_version.as_ref())?;
+            let status = match Pb::try_from(v.status).unwrap_or(Pb::Unspecified) {
+                Pb::Current => Status::Current,
+                Pb::Ramping => Status::Ramping,
+                Pb::Draining => Status::Draining,
+                Pb::Drained => Status::Drained,
+                Pb::Inactive => Status::Inactive,
+                _ => Status::Other,
+            };
+            Some((b, status))
+        })
+        .collect();
+    Ok(View {
+        exists: true,
+        current: build(routing.current_deployment_version.as_ref()),
+        ramping: build(routing.ramping_deployment_version.as_ref()),
+        versions,
+    })
+}
+
+/// A `NotFound` about the worker deployment itself (its details say `NotFoundFailure`), not
+/// about the namespace or anything else.
+fn absent(s: &tonic::Status) -> bool {
+    if s.code() != Code::NotFound {
+        return false;
+    }
+    let details: Option<RpcStatus> = prost::Message::decode(s.details()).ok();
+    let typed = details.is_some_and(|d| {
+        d.details.iter().any(|a| {
+            a.type_url
+                .ends_with("temporal.api.errordetails.v1.NotFoundFailure")
+        })
+    });
+    // A server that sends no details says it in these words.
+    typed || s.message().starts_with("no Worker Deployment found")
+}
+
+/// A workflow's status and the build ID its last workflow task completed on (its pinned
+/// version, once it has one), read by the checker.
+pub(crate) async fn workflow(
+    conn: &Connection,
+    namespace: &str,
+    id: &str,
+) -> Result<(String, Option<String>), tonic::Status> {
+    use temporalio_common::protos::temporal::api::common::v1::WorkflowExecution;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkflowExecutionRequest;
+    let info = conn
+        .workflow_service()
+        .describe_workflow_execution(tonic::Request::new(DescribeWorkflowExecutionRequest {
+            namespace: namespace.to_string(),
+            execution: Some(WorkflowExecution {
+                workflow_id: id.to_string(),
+                ..Default::default()
+            }),
+        }))
+        .await?
+        .into_inner()
+        .workflow_execution_info
+        .unwrap_or_default();
+    let build = info
+        .versioning_info
+        .as_ref()
+        .and_then(|v| v.deployment_version.as_ref())
+        .map(|v| v.build_id.clone())
+        .filter(|b| !b.is_empty());
+    Ok((format!("{:?}", info.status()), build))
+}
