@@ -224,10 +224,15 @@ async fn an_unreachable_server_is_reported_with_a_condition_and_a_warning_event(
         &client,
         &ns,
         "CleanupBlocked",
-        "remove the finalizer",
+        "temporal.io/skip-temporal-cleanup=true",
         QUICK,
     )
     .await;
+    let blocked = wait_wd(&client, &ns, "w2", "CleanupBlocked", QUICK, |wd| {
+        condition(wd, "Ready").is_some_and(|(s, r, _)| s == "False" && r == "CleanupBlocked")
+    })
+    .await;
+    assert!(has_finalizer(&blocked));
     // ...and completes once the connection is fixed.
     Api::<Connection>::namespaced(client.clone(), &ns)
         .patch(
