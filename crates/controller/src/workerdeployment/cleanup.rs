@@ -148,7 +148,15 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             };
             match clean_routing(wd, ctx, &target, skip_drainage).await? {
                 Routed::Changed => return Ok(Action::requeue(ctx.intervals.moving)),
-                Routed::Kept(kept, state) => {
+                Routed::Kept(mut kept, state) => {
+                    // Only workers that poll there can serve that place's workflows: a
+                    // version whose Deployment moved on (a target that followed a
+                    // `temporalNamespace` change) has nothing of ours to keep there.
+                    kept.retain(|build| {
+                        owned
+                            .iter()
+                            .any(|d| d.build_id == build && place_of(d) == place)
+                    });
                     keep.places.push((place.clone(), kept));
                     cleaned.extend(state.map(|s| (place, *s)));
                 }
@@ -478,6 +486,12 @@ impl Kept {
 
     fn is_empty(&self) -> bool {
         self.routed.is_empty() && self.draining.is_empty()
+    }
+
+    /// Keeps only the versions `has` says have workers to keep.
+    fn retain(&mut self, has: impl Fn(&str) -> bool) {
+        self.routed.retain(|(b, _)| has(b));
+        self.draining.retain(|b| has(b));
     }
 
     fn contains(&self, build: &str) -> bool {

@@ -135,9 +135,12 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
     let v2 = build(&s, "failedVersion").ok_or("no failed build")?;
     assert_ne!(v2, v1);
     assert_eq!(build(&s, "currentVersion").as_deref(), Some(v1.as_str()));
-    // The kubelet restarted each v2 container after its back-off, and none came up.
+    // The kubelet restarted the v2 containers after their back-off, and none came up. One
+    // container's third restart is what fails the build; the other replica, started a moment
+    // later, may be a restart behind.
     let crashing = pods_of(&client, &ns, &v2).await;
     assert!(!crashing.is_empty(), "v2's pods are kept");
+    let mut most = 0;
     for pod in &crashing {
         let c = pod
             .status
@@ -146,13 +149,15 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
             .and_then(|c| c.first())
             .ok_or("a v2 pod without container status")?;
         assert!(
-            c.restart_count >= 3 && !c.ready,
+            c.restart_count >= 1 && !c.ready,
             "{}: restarted {} times, ready {}",
             pod.name_any(),
             c.restart_count,
             c.ready
         );
+        most = most.max(c.restart_count);
     }
+    assert!(most >= 3, "no v2 container restarted three times: {most}");
     // v1 kept its workers: the same pods, never restarted.
     let after = pods_of(&client, &ns, &v1).await;
     let mut names: Vec<String> = after.iter().map(|p| p.name_any()).collect();
