@@ -90,11 +90,33 @@ pub fn preflight() -> Result<(), Error> {
             ));
         }
     }
+    missing.extend(disk_short(Path::new("/var/lib")));
     if missing.is_empty() {
         Ok(())
     } else {
         Err(Error::NodeUnavailable(missing))
     }
+}
+
+/// The free space the node needs where the kubelet keeps pods: the kubelet evicts every pod
+/// below 1 % free (its `evictionHard`), and a test run writes a few GiB (images, logs), so a
+/// nearly full disk shows as pods evicted in the middle of a test. Said before it starts.
+fn disk_short(path: &Path) -> Option<String> {
+    const MIN_FREE_BYTES: u64 = 4 << 30;
+    const MIN_FREE_PERCENT: f64 = 3.0;
+    let stat = nix::sys::statvfs::statvfs(path).ok()?;
+    let block = stat.fragment_size();
+    let free = stat.blocks_available().saturating_mul(block);
+    let total = stat.blocks().saturating_mul(block).max(1);
+    let percent = free as f64 * 100.0 / total as f64;
+    (free < MIN_FREE_BYTES || percent < MIN_FREE_PERCENT).then(|| {
+        format!(
+            "disk: {} has {:.1} GiB free ({percent:.1} %); the kubelet evicts every pod below 1 % and a run writes a few GiB, so at least {} GiB and {MIN_FREE_PERCENT} % are needed (cargo's target/debug/incremental is often the largest thing to delete)",
+            path.display(),
+            free as f64 / (1u64 << 30) as f64,
+            MIN_FREE_BYTES >> 30
+        )
+    })
 }
 
 /// `program` on `PATH` (with the sbin directories, where Debian puts iptables and ip).
