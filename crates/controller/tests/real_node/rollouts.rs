@@ -135,7 +135,7 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
     let v2 = build(&s, "failedVersion").ok_or("no failed build")?;
     assert_ne!(v2, v1);
     assert_eq!(build(&s, "currentVersion").as_deref(), Some(v1.as_str()));
-    // The kubelet restarted the v2 containers after their back-off, and none came up. One
+    // The kubelet restarted the v2 containers after their back-off. One
     // container's third restart is what fails the build; the other replica, started a moment
     // later, may be a restart behind.
     let crashing = pods_of(&client, &ns, &v2).await;
@@ -148,12 +148,13 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
             .and_then(|s| s.container_statuses.as_ref())
             .and_then(|c| c.first())
             .ok_or("a v2 pod without container status")?;
+        // Ready says little here: a container that just restarted is Ready (no probe) for
+        // the moment before it exits again; that v2 never served is the failed mark above.
         assert!(
-            c.restart_count >= 1 && !c.ready,
-            "{}: restarted {} times, ready {}",
+            c.restart_count >= 1,
+            "{}: restarted {} times",
             pod.name_any(),
-            c.restart_count,
-            c.ready
+            c.restart_count
         );
         most = most.max(c.restart_count);
     }
