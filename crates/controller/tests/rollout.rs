@@ -166,7 +166,9 @@ async fn a_missing_temporal_namespace_is_never_an_empty_worker_deployment() -> T
 async fn a_stale_plan_cannot_scale_down_or_delete_a_deployment_that_changed() -> TestResult {
     use twc_controller::plan::ObservedDeployment;
     use twc_controller::workerdeployment::execute::{delete_params, scale_body};
-    let w = world(false).await?;
+    // The world of this binary runs a controller (whichever test starts it first); it leaves
+    // this unowned Deployment alone.
+    let w = world(true).await?;
     let client = w.client().await;
     let ns = w.env.namespace("preconditions").await?;
     let api: Api<Deployment> = Api::namespaced(client.clone(), &ns);
