@@ -74,15 +74,24 @@ pub async fn rollout_controls_work_mid_rollout(w: &'static World) {
     let ns = s.ns.clone();
     let name = s.name.clone();
     let ctl = |verb: &'static str| [verb, "-n", ns.as_str(), name.as_str()];
-    let line = s.twc(w, &["status", "-n", &ns], true).await;
-    for word in [
+    // A moment's rate limit by the dev server can stand in the state column: asked again.
+    let words = [
         name.as_str(),
         v2.as_str(),
         v1.as_str(),
         "10%",
         "1/1",
         "Ramping",
-    ] {
+    ];
+    let mut line = String::new();
+    for _ in 0..30 {
+        line = s.twc(w, &["status", "-n", &ns], true).await;
+        if words.iter().all(|word| line.contains(word)) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    for word in words {
         assert!(
             line.contains(word),
             "{word} missing in `kubectl twc status`: {line}"
