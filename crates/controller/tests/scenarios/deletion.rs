@@ -86,6 +86,23 @@ pub async fn deletion_removes_connection_finalizer(w: &'static World) {
 /// How long the pinned workflow of [`deletion_waits_for_pinned_workflows`] sleeps.
 const PINNED_SECONDS: u64 = 20;
 
+/// Starts workflow `pinned-on-v1` (sleeping [`PINNED_SECONDS`]) in the scenario's Temporal
+/// namespace, and waits for its first workflow task to pin it to the current version.
+async fn start_pinned(s: &Scenario) {
+    let seconds = PINNED_SECONDS.to_string();
+    twc_testenv::temporal::start_workflow(
+        &s.temporal,
+        &s.temporal_ns,
+        &s.name,
+        "Sleep",
+        "pinned-on-v1",
+        Some(&seconds),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(Duration::from_secs(2)).await;
+}
+
 /// Not a TWC subtest (#11 path 5). TWC deletes every worker at once and every version with
 /// `skipDrainage`, so pinned workflows lose their workers. Here deleting routes new work to
 /// unversioned workers and then keeps the workers of a version with an open pinned workflow
@@ -98,19 +115,7 @@ pub async fn deletion_waits_for_pinned_workflows(w: &'static World) {
     let v1 = s.target_build_id();
     s.wait_status(&Expect::target(&v1, Current).current(&v1))
         .await;
-    let seconds = PINNED_SECONDS.to_string();
-    twc_testenv::temporal::start_workflow(
-        &s.temporal,
-        &s.temporal_ns,
-        &s.name,
-        "Sleep",
-        "pinned-on-v1",
-        Some(&seconds),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    // Its first workflow task pins it to v1.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    start_pinned(&s).await;
 
     common::delete_wd(&s.client, &s.ns, &s.name).await;
     let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
@@ -141,18 +146,7 @@ pub async fn deletion_waits_for_pinned_workflows_where_they_were_registered(w: &
     s.wait_status(&Expect::target(&v1, Current).current(&v1))
         .await;
     let old_ns = s.temporal_ns.clone();
-    let seconds = PINNED_SECONDS.to_string();
-    twc_testenv::temporal::start_workflow(
-        &s.temporal,
-        &old_ns,
-        &s.name,
-        "Sleep",
-        "pinned-on-v1",
-        Some(&seconds),
-    )
-    .await
-    .unwrap_or_else(|e| panic!("{e}"));
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    start_pinned(&s).await;
 
     // Moved, with a new build: v2 goes to the new namespace, v1 stays with its workflow.
     let new_ns = w
