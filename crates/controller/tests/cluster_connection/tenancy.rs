@@ -61,6 +61,24 @@ async fn refusals(client: &kube::Client, cc: &str) -> (Option<i32>, Vec<String>,
     (s.refused, s.refused_users, s.used_by)
 }
 
+/// Waits until the ClusterConnection's (refused, refused users, usedBy) satisfy `pred`.
+async fn wait_refusals(
+    client: &kube::Client,
+    cc: &str,
+    what: &str,
+    pred: impl Fn(&(Option<i32>, Vec<String>, Option<i32>)) -> bool,
+) -> Result<(), twc_testenv::Error> {
+    wait_for(what, QUICK, || async {
+        let got = refusals(client, cc).await;
+        if pred(&got) {
+            Ok(())
+        } else {
+            Err(format!("{got:?}"))
+        }
+    })
+    .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_connection_serves_only_the_namespaces_and_temporal_namespaces_it_allows()
 -> TestResult {
@@ -133,17 +151,11 @@ async fn a_cluster_connection_serves_only_the_namespaces_and_temporal_namespaces
     }
     let mut want_refused = vec![format!("{b}/w"), format!("{c}/w")];
     want_refused.sort();
-    wait_for(
+    wait_refusals(
+        &client,
+        &cc,
         "the ClusterConnection counts 1 user and 2 refused",
-        QUICK,
-        || async {
-            let got = refusals(&client, &cc).await;
-            if got == (Some(2), want_refused.clone(), Some(1)) {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        },
+        |got| *got == (Some(2), want_refused.clone(), Some(1)),
     )
     .await?;
     let table = table(&client, "/apis/temporal.io/v1alpha1/clusterconnections").await;
@@ -194,17 +206,11 @@ async fn a_cluster_connection_serves_only_the_namespaces_and_temporal_namespaces
     );
     let mut want_refused = vec![format!("{c}/w")];
     want_refused.sort();
-    wait_for(
+    wait_refusals(
+        &client,
+        &cc,
         "the ClusterConnection counts 2 users and 1 refused",
-        QUICK,
-        || async {
-            let got = refusals(&client, &cc).await;
-            if got == (Some(1), want_refused.clone(), Some(2)) {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        },
+        |got| *got == (Some(1), want_refused.clone(), Some(2)),
     )
     .await?;
     let running = |ns: String| {
@@ -247,17 +253,11 @@ async fn a_cluster_connection_serves_only_the_namespaces_and_temporal_namespaces
     })
     .await;
     assert!(refused(&wd_b));
-    wait_for(
+    wait_refusals(
+        &client,
+        &cc,
         "the ClusterConnection counts b refused again",
-        QUICK,
-        || async {
-            let got = refusals(&client, &cc).await;
-            if got.0 == Some(2) {
-                Ok(())
-            } else {
-                Err(format!("{got:?}"))
-            }
-        },
+        |got| got.0 == Some(2),
     )
     .await?;
 
