@@ -193,6 +193,16 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
+        "!has(self.kind) || has(self.name)",
+        "connectionRef.kind goes with connectionRef.name; objectRef carries its own kind",
+    ),
+    (
+        "workerdeployments",
+        "self == 'Connection' || self == 'ClusterConnection'",
+        "connectionRef.kind must be Connection or ClusterConnection",
+    ),
+    (
+        "workerdeployments",
         "self == 'temporal.io'",
         "objectRef.apiGroup must be temporal.io",
     ),
@@ -327,11 +337,26 @@ mod tests {
         use crate::{ConnectionKind, ConnectionObjectReference, ConnectionReference};
         let legacy = ConnectionReference {
             name: Some("c".into()),
-            object_ref: None,
+            ..Default::default()
         };
         assert_eq!(legacy.target(), Some((ConnectionKind::Connection, "c")));
+        let named = |kind: &str| ConnectionReference {
+            name: Some("c".into()),
+            kind: Some(kind.into()),
+            object_ref: None,
+        };
+        assert_eq!(
+            named("Connection").target(),
+            Some((ConnectionKind::Connection, "c"))
+        );
+        assert_eq!(
+            named("ClusterConnection").target(),
+            Some((ConnectionKind::ClusterConnection, "c"))
+        );
+        assert_eq!(named("Secret").target(), None);
         let typed = ConnectionReference {
             name: None,
+            kind: None,
             object_ref: Some(ConnectionObjectReference {
                 api_group: "temporal.io".into(),
                 kind: "ClusterConnection".into(),
@@ -344,6 +369,7 @@ mod tests {
         );
         let bad = ConnectionReference {
             name: None,
+            kind: None,
             object_ref: Some(ConnectionObjectReference {
                 api_group: "temporal.io".into(),
                 kind: "Secret".into(),

@@ -6,20 +6,30 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 /// A reference to the connection a WorkerDeployment uses, in the style of
-/// `TypedObjectReference`. Set exactly one of `name` and `objectRef`.
+/// `TypedObjectReference`. Set exactly one of `name` and `objectRef`. `name` may carry a `kind`
+/// (the spelling of TWC's first ClusterConnection release): `{name: X, kind: ClusterConnection}`
+/// is the same reference as `{objectRef: {kind: ClusterConnection, name: X}}`.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
     validation = Rule::new("has(self.name) || has(self.objectRef)")
         .message("connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)"),
     validation = Rule::new("!(has(self.name) && has(self.objectRef))")
-        .message("connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one")
+        .message("connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one"),
+    validation = Rule::new("!has(self.kind) || has(self.name)")
+        .message("connectionRef.kind goes with connectionRef.name; objectRef carries its own kind")
 )]
 pub struct ConnectionReference {
     /// Name of a Connection in the WorkerDeployment's namespace (the TWC form).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: Option<String>,
+
+    /// Kind of the object `name` refers to: `Connection` (the default, in the
+    /// WorkerDeployment's namespace) or `ClusterConnection` (cluster-scoped). Only with `name`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(validation = Rule::new("self == 'Connection' || self == 'ClusterConnection'").message("connectionRef.kind must be Connection or ClusterConnection"))]
+    pub kind: Option<String>,
 
     /// A typed reference to a Connection in the WorkerDeployment's namespace or to a
     /// cluster-scoped ClusterConnection.
@@ -60,6 +70,15 @@ pub enum ConnectionKind {
 }
 
 impl ConnectionKind {
+    /// The kind a reference spells, if it is one of the two.
+    pub fn parse(kind: &str) -> Option<Self> {
+        match kind {
+            "Connection" => Some(ConnectionKind::Connection),
+            "ClusterConnection" => Some(ConnectionKind::ClusterConnection),
+            _ => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             ConnectionKind::Connection => "Connection",
@@ -75,16 +94,18 @@ impl std::fmt::Display for ConnectionKind {
 }
 
 impl ConnectionReference {
-    /// The referenced kind and name, normalising the legacy `name` form to a Connection.
-    /// `None` if the reference is malformed (the CRD's validation prevents that).
+    /// The referenced kind and name, whichever spelling named it: `name` alone is a
+    /// Connection, `name` + `kind` and `objectRef` say their kind. `None` if the reference is
+    /// malformed (the CRD's validation prevents that).
     pub fn target(&self) -> Option<(ConnectionKind, &str)> {
-        match (&self.name, &self.object_ref) {
-            (Some(name), None) => Some((ConnectionKind::Connection, name.as_str())),
-            (None, Some(r)) if r.api_group == crate::GROUP => match r.kind.as_str() {
-                "Connection" => Some((ConnectionKind::Connection, r.name.as_str())),
-                "ClusterConnection" => Some((ConnectionKind::ClusterConnection, r.name.as_str())),
-                _ => None,
-            },
+        match (&self.name, &self.kind, &self.object_ref) {
+            (Some(name), kind, None) => Some((
+                ConnectionKind::parse(kind.as_deref().unwrap_or("Connection"))?,
+                name,
+            )),
+            (None, None, Some(r)) if r.api_group == crate::GROUP => {
+                Some((ConnectionKind::parse(&r.kind)?, r.name.as_str()))
+            }
             _ => None,
         }
     }

@@ -141,6 +141,7 @@ mod tests {
             worker_options: WorkerOptions {
                 connection_ref: ConnectionReference {
                     name: Some("c".into()),
+                    kind: None,
                     object_ref: None,
                 },
                 temporal_namespace: "default".into(),

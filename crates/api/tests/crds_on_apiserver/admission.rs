@@ -311,6 +311,17 @@ async fn a_cluster_connection_that_does_not_allow_a_worker_deployment_refuses_it
         )),
         "{message}"
     );
+    // TWC's first spelling of the same reference (`kind` beside `name`) is checked the same.
+    let mut spelled = minimal_wd("w2");
+    spelled["spec"]["workerOptions"] = json!({"temporalNamespace": "payments",
+        "connectionRef": {"name": cc, "kind": "ClusterConnection"}});
+    let message = refusal(&other, object(spelled)).await?;
+    assert!(
+        message.contains(&format!(
+            "ClusterConnection {cc} does not allow WorkerDeployments in namespace {other}"
+        )),
+        "{message}"
+    );
     let wds = api(&admin, &allowed, "WorkerDeployment");
     wds.create(&PostParams::default(), &wd("ok", &cc, "team-a-dev"))
         .await?;

@@ -299,6 +299,42 @@ async fn connection_ref_takes_exactly_one_of_name_and_object_ref() -> TestResult
     )
     .await?;
 
+    // TWC's first ClusterConnection spelling: `kind` beside `name`. The apiserver keeps it (it
+    // is not pruned into a reference to a namespaced Connection of the same name).
+    let spelled = create(
+        &wds,
+        with_ref(
+            "kind-beside-name",
+            json!({"name": "shared", "kind": "ClusterConnection"}),
+        ),
+    )
+    .await?;
+    assert_eq!(
+        spelled.data["spec"]["workerOptions"]["connectionRef"],
+        json!({"name": "shared", "kind": "ClusterConnection"})
+    );
+    let typed: twc_api::WorkerDeployment = serde_json::from_value(serde_json::to_value(&spelled)?)?;
+    assert_eq!(
+        typed.spec.worker_options.connection_ref.target(),
+        Some((twc_api::ConnectionKind::ClusterConnection, "shared"))
+    );
+    assert_rejected(
+        &wds,
+        "kind with objectRef",
+        with_ref(
+            "kind-and-objectref",
+            json!({"kind": "ClusterConnection", "objectRef": {"kind": "Connection", "name": "c"}}),
+        ),
+        "connectionRef.kind goes with connectionRef.name; objectRef carries its own kind",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "kind naming a Secret",
+        with_ref("kind-secret", json!({"name": "s", "kind": "Secret"})),
+        "connectionRef.kind must be Connection or ClusterConnection",
+    )
+    .await;
     assert_rejected(
         &wds,
         "both name and objectRef",

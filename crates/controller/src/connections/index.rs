@@ -399,6 +399,7 @@ mod tests {
     fn by_name(n: &str) -> ConnectionReference {
         ConnectionReference {
             name: Some(n.into()),
+            kind: None,
             object_ref: None,
         }
     }
@@ -406,6 +407,7 @@ mod tests {
     fn cluster(n: &str) -> ConnectionReference {
         ConnectionReference {
             name: None,
+            kind: None,
             object_ref: Some(ConnectionObjectReference {
                 api_group: "temporal.io".into(),
                 kind: "ClusterConnection".into(),
@@ -473,6 +475,39 @@ mod tests {
             index.users(&ConnKey::cluster("shared")),
             vec![("a".to_string(), "w".to_string())]
         );
+    }
+
+    /// `{name, kind: ClusterConnection}` (TWC's first spelling) and `objectRef` are one
+    /// reference: switching spelling touches no other connection and keeps the user established, so
+    /// no finalizer moves.
+    #[test]
+    fn switching_the_spelling_of_a_reference_moves_nothing() {
+        let index = UsageIndex::default();
+        index.apply(&Event::Init);
+        let mut before = wd("a", "w", cluster("shared"));
+        before.status = Some(twc_api::WorkerDeploymentStatus {
+            observed_connection_ref: Some(twc_api::ObservedConnectionRef {
+                kind: "ClusterConnection".into(),
+                name: "shared".into(),
+            }),
+            ..Default::default()
+        });
+        index.apply(&Event::InitApply(before.clone()));
+        index.apply(&Event::InitDone);
+        let mut after = before;
+        after.spec.worker_options.connection_ref = ConnectionReference {
+            name: Some("shared".into()),
+            kind: Some("ClusterConnection".into()),
+            object_ref: None,
+        };
+        assert_eq!(Standing::of(&after), Standing::Established);
+        let touched = index.apply(&Event::Apply(after));
+        assert!(
+            touched.iter().all(|k| *k == ConnKey::cluster("shared")),
+            "{touched:?}"
+        );
+        assert_eq!(index.users(&ConnKey::cluster("shared")).len(), 1);
+        assert!(index.users(&ConnKey::connection("a", "shared")).is_empty());
     }
 
     #[test]
