@@ -183,6 +183,26 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
+        "!has(self.type) || self.type == 'RollingUpdate' || self.type == 'Recreate'",
+        "deploymentStrategy.type must be RollingUpdate or Recreate",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || !has(self.type) || self.type != 'Recreate'",
+        "deploymentStrategy.rollingUpdate may not be set when type is Recreate",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || !has(self.rollingUpdate.maxSurge) || !(string(self.rollingUpdate.maxUnavailable) in ['0', '0%'] && string(self.rollingUpdate.maxSurge) in ['0', '0%'])",
+        "maxUnavailable and maxSurge cannot both be 0",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))",
+        "maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%",
+    ),
+    (
+        "workerdeployments",
         "has(self.name) || has(self.objectRef)",
         "connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)",
     ),

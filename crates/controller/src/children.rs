@@ -69,6 +69,7 @@ mod wire {
     #[derive(Deserialize)]
     pub struct Spec {
         pub replicas: Option<i32>,
+        pub strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
         #[serde(default)]
         pub template: Template,
     }
@@ -121,8 +122,9 @@ mod wire {
 }
 
 impl From<wire::Deployment> for CachedDeployment {
-    fn from(d: wire::Deployment) -> Self {
+    fn from(mut d: wire::Deployment) -> Self {
         let spec_replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        let strategy = d.spec.as_mut().and_then(|s| s.strategy.take());
         let template = d.spec.map(|s| s.template).unwrap_or_default();
         let mut annotations = template
             .metadata
@@ -173,6 +175,7 @@ impl From<wire::Deployment> for CachedDeployment {
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
             temporal_namespace,
+            strategy,
             // Filled from the metadata when observed (not kept twice in the cache).
             uid: None,
             resource_version: None,
@@ -266,6 +269,7 @@ mod tests {
                 .flat_map(|c| c.env.iter().flatten())
                 .find(|e| e.name == "TEMPORAL_NAMESPACE")
                 .and_then(|e| e.value.clone()),
+            strategy: d.spec.as_ref().and_then(|s| s.strategy.clone()),
             uid: d.metadata.uid.clone(),
             resource_version: d.metadata.resource_version.clone(),
         })

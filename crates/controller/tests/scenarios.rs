@@ -136,6 +136,8 @@ scenarios! {
     deletion_removes_connection_finalizer => deletion::deletion_removes_connection_finalizer,
     manual_rollout_custom_build_expect_rolling_update =>
         rollout::manual_rollout_custom_build_expect_rolling_update,
+    deployment_strategy_reaches_every_version =>
+        rollout::deployment_strategy_reaches_every_version,
     all_at_once_rollback_expect_immediate_promotion =>
         rollout::all_at_once_rollback_expect_immediate_promotion,
     progressive_rollout_expect_first_step => rollout::progressive_rollout_expect_first_step,

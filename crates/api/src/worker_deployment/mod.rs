@@ -2,6 +2,7 @@
 //! one versioned Deployment) per distinct template, with a rollout and a sunset strategy.
 
 mod connection_ref;
+pub mod deployment_strategy;
 mod rollout;
 mod status;
 mod validate;
@@ -71,6 +72,28 @@ pub struct WorkerDeploymentSpec {
         skip_serializing_if = "Option::is_none"
     )]
     pub progress_deadline_seconds: Option<i32>,
+
+    /// How each versioned Deployment replaces its pods (the `apps/v1` Deployment's
+    /// `spec.strategy`): `RollingUpdate` (the default, with `maxUnavailable` and `maxSurge` 25 %
+    /// when not given) or `Recreate`. Not the rollout strategy (`spec.rollout`, which moves
+    /// workflows between versions): a new template is a new version with a Deployment of its
+    /// own, so this matters when an existing version's pods are replaced (`kubectl rollout
+    /// restart`, a connection change, a template change under `unsafeCustomBuildID`). Applied to
+    /// every versioned Deployment, old versions included; a change rolls no pod and makes no
+    /// new version (it is not in the build ID). When omitted, the controller leaves each
+    /// Deployment's strategy as it is (Kubernetes' default on the ones it creates).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[x_kube(
+        validation = Rule::new("!has(self.type) || self.type == 'RollingUpdate' || self.type == 'Recreate'")
+            .message("deploymentStrategy.type must be RollingUpdate or Recreate"),
+        validation = Rule::new("!has(self.rollingUpdate) || !has(self.type) || self.type != 'Recreate'")
+            .message("deploymentStrategy.rollingUpdate may not be set when type is Recreate"),
+        validation = Rule::new("!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || !has(self.rollingUpdate.maxSurge) || !(string(self.rollingUpdate.maxUnavailable) in ['0', '0%'] && string(self.rollingUpdate.maxSurge) in ['0', '0%'])")
+            .message("maxUnavailable and maxSurge cannot both be 0"),
+        validation = Rule::new("!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))")
+            .message("maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%")
+    )]
+    pub deployment_strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
 
     /// How new workflow executions move to the target version.
     pub rollout: RolloutStrategy,

@@ -114,6 +114,11 @@ impl WorkerDeploymentSpec {
                 err(field, e);
             }
         }
+        if let Some(strategy) = &self.deployment_strategy {
+            for (field, message) in super::deployment_strategy::problems(strategy) {
+                err(&format!("spec.deploymentStrategy.{field}"), message);
+            }
+        }
         if self.worker_options.connection_ref.target().is_none() {
             err(
                 "spec.workerOptions.connectionRef",

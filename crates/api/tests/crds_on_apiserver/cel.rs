@@ -18,6 +18,7 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             json!({"strategy": "Progressive", "steps": steps}),
         )
     };
+    let strategy = |s: Value| set(minimal_wd("s"), "spec/deploymentStrategy", s);
     let cases: Vec<(&str, Value, &str)> = vec![
         (
             "a name longer than 63 characters",
@@ -116,6 +117,31 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             ),
             "spec.workerOptions.unsafeCustomBuildID",
         ),
+        (
+            "a deploymentStrategy of an unknown type",
+            strategy(json!({"type": "BlueGreen"})),
+            "deploymentStrategy.type must be RollingUpdate or Recreate",
+        ),
+        (
+            "Recreate with rollingUpdate",
+            strategy(json!({"type": "Recreate", "rollingUpdate": {"maxSurge": 1}})),
+            "deploymentStrategy.rollingUpdate may not be set when type is Recreate",
+        ),
+        (
+            "maxUnavailable and maxSurge both 0",
+            strategy(json!({"rollingUpdate": {"maxUnavailable": 0, "maxSurge": "0%"}})),
+            "maxUnavailable and maxSurge cannot both be 0",
+        ),
+        (
+            "maxSurge as a string that is not a percentage",
+            strategy(json!({"rollingUpdate": {"maxSurge": "lots"}})),
+            "maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%",
+        ),
+        (
+            "a negative maxUnavailable",
+            strategy(json!({"rollingUpdate": {"maxUnavailable": -1}})),
+            "maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%",
+        ),
     ];
     for (case, v, expected) in cases {
         assert_rejected(&wds, case, v, expected).await;
@@ -136,6 +162,21 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
         set(minimal_wd(&"w".repeat(63)), "spec/replicas", json!(3)),
     )
     .await?;
+    // Deployment strategies apps/v1 takes are kept as written (not pruned).
+    for (name, s) in [
+        ("recreate", json!({"type": "Recreate"})),
+        (
+            "rolling-int",
+            json!({"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}}),
+        ),
+        (
+            "rolling-percent",
+            json!({"rollingUpdate": {"maxUnavailable": "10%"}}),
+        ),
+    ] {
+        let created = create(&wds, set(strategy(s.clone()), "metadata/name", json!(name))).await?;
+        assert_eq!(created.data["spec"]["deploymentStrategy"], s, "{name}");
+    }
 
     // Connection and ClusterConnection share the spec rules.
     for kind in ["Connection", "ClusterConnection"] {

@@ -35,6 +35,8 @@ pub struct ObservedDeployment {
     /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
     /// not known.
     pub temporal_namespace: Option<String>,
+    /// `spec.strategy` as stored (the apiserver fills `apps/v1`'s defaults).
+    pub strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
     /// The object this view was taken from (`metadata.uid`, `metadata.resourceVersion`): a
     /// destructive write carries them as preconditions, so a plan made from an older view
     /// cannot delete or scale down a Deployment that changed since.

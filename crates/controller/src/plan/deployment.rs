@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec, DeploymentStrategy};
 use k8s_openapi::api::core::v1::{
     EnvVar, EnvVarSource, PodTemplateSpec, SecretVolumeSource, Volume, VolumeMount,
 };
@@ -270,6 +270,9 @@ pub fn reconnected(
     if let Some(new_spec) = d.spec.as_mut() {
         new_spec.replicas = spec.replicas;
         new_spec.min_ready_seconds = spec.min_ready_seconds;
+        if new_spec.strategy.is_none() {
+            new_spec.strategy = spec.strategy.clone();
+        }
         new_spec.template = template;
     }
     Some(d)
@@ -310,6 +313,12 @@ pub fn versioned_deployment(
         spec: Some(DeploymentSpec {
             replicas: wd.spec.replicas,
             min_ready_seconds: Some(wd.spec.min_ready_seconds),
+            // With TWC's defaults filled (RollingUpdate, 25 % / 25 %); omitted, Kubernetes'.
+            strategy: wd
+                .spec
+                .deployment_strategy
+                .as_ref()
+                .map(twc_api::deployment_strategy::defaulted),
             selector: LabelSelector {
                 match_labels: Some(selector),
                 ..Default::default()
@@ -319,6 +328,28 @@ pub fn versioned_deployment(
         }),
         status: None,
     }
+}
+
+/// `spec.deploymentStrategy` on every versioned Deployment (TWC's update path does the same):
+/// (name, strategy) of each one whose strategy differs once both have `apps/v1`'s defaults,
+/// but none `skip` names (re-applied whole or deleted in the same plan). Without the field,
+/// nothing: each keeps the strategy it has.
+pub fn strategy_changes(
+    wd: &WorkerDeployment,
+    observed: &crate::observed::Observed,
+    skip: impl Fn(&str) -> bool,
+) -> Vec<(String, DeploymentStrategy)> {
+    use twc_api::deployment_strategy::defaulted;
+    let Some(wanted) = wd.spec.deployment_strategy.as_ref().map(defaulted) else {
+        return Vec::new();
+    };
+    observed
+        .deployments
+        .values()
+        .filter(|d| defaulted(&d.strategy.clone().unwrap_or_default()) != wanted)
+        .filter(|d| !skip(&d.name))
+        .map(|d| (d.name.clone(), wanted.clone()))
+        .collect()
 }
 
 /// The same Deployment with replicas set (for scaling through the same field manager).

@@ -2,6 +2,7 @@
 //! and the Deployments TWC renders.
 
 use super::*;
+use k8s_openapi::api::apps::v1::DeploymentStrategy;
 use k8s_openapi::api::core::v1::SecretKeySelector;
 use serde_json::json;
 use twc_api::{ConnectionTls, SecretReference};
@@ -353,4 +354,52 @@ fn renders_the_deployment_twc_renders() {
         }
     }
     assert_eq!(compared, 30 * 4);
+}
+
+/// `spec.deploymentStrategy` as TWC renders it (`gocompat/tests/data/twc-deployment-strategy.json`
+/// says how the cases were derived): the build ID and every other field are those of the same
+/// WorkerDeployment without it, and the Deployment's strategy has TWC's defaults filled.
+#[test]
+fn renders_the_deployment_strategy_twc_renders_and_keeps_the_build_id() {
+    let twc = twc_cases();
+    let strategies: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../gocompat/tests/data/twc-deployment-strategy.json"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let conn: ConnectionSpec = serde_json::from_value(twc["connections"]["plain"].clone())
+        .unwrap_or_else(|e| panic!("{e}"));
+    let cases = strategies["cases"].as_array().cloned().unwrap_or_default();
+    assert_eq!(cases.len(), 5);
+    for case in cases {
+        let name = case["base"].as_str().unwrap_or_default();
+        let base = twc["cases"]
+            .as_array()
+            .and_then(|all| all.iter().find(|c| c["name"] == name))
+            .unwrap_or_else(|| panic!("no base case {name}"));
+        let mut raw = base["workerDeployment"].clone();
+        if raw["spec"].get("rollout").is_none() {
+            raw["spec"]["rollout"] = json!({"strategy": "AllAtOnce"});
+        }
+        raw["metadata"]["uid"] = json!("00000000-0000-0000-0000-000000000001");
+        let plain: WorkerDeployment =
+            serde_json::from_value(raw.clone()).unwrap_or_else(|e| panic!("{name}: {e}"));
+        raw["spec"]["deploymentStrategy"] = case["deploymentStrategy"].clone();
+        let with: WorkerDeployment =
+            serde_json::from_value(raw).unwrap_or_else(|e| panic!("{name}: {e}"));
+        let custom = with.spec.worker_options.unsafe_custom_build_id.as_deref();
+        let build = super::super::build_id::build_id(&with.spec.template, custom);
+        assert_eq!(
+            build,
+            base["buildID"].as_str().unwrap_or_default(),
+            "{name}"
+        );
+        let ours = versioned_deployment(&with, &build, &conn);
+        let mut without = versioned_deployment(&plain, &build, &conn);
+        let wanted: DeploymentStrategy = serde_json::from_value(case["renderedStrategy"].clone())
+            .unwrap_or_else(|e| panic!("{name}: {e}"));
+        if let Some(s) = without.spec.as_mut() {
+            s.strategy = Some(wanted);
+        }
+        assert_eq!(ours, without, "{name}");
+    }
 }

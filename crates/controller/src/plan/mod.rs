@@ -5,6 +5,7 @@ pub mod build_id;
 pub mod deployment;
 mod gates;
 pub mod guard;
+mod kept;
 pub mod pace;
 pub mod pods;
 mod rollback;
@@ -13,7 +14,7 @@ mod routing;
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
-use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy};
 use twc_api::{ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment};
 
 use crate::config::{Identity, Limits};
@@ -23,6 +24,7 @@ pub use crate::observed::{
     TaskQueueRef,
 };
 pub use gates::{failed_step_gate, gates_may_start, retry_token, step_gate_id};
+pub use kept::{Kept, Unaccounted};
 pub use routing::workers_up;
 
 /// Which extra reads the planner needs about the target version.
@@ -131,6 +133,9 @@ pub struct Plan {
     /// Build IDs of older versions whose running Deployment still uses a previous connection:
     /// re-applied with the new one (see [`deployment::reconnected`]).
     pub reconnect: Vec<String>,
+    /// (Deployment name, strategy): versions whose Deployment's `spec.strategy` differs from
+    /// `spec.deploymentStrategy` (with `apps/v1`'s defaults); patched in place, no pod rolls.
+    pub restrategy: Vec<(String, DeploymentStrategy)>,
     /// Gate workflows to start on the target (before any routing change).
     pub start_gates: Vec<GateStart>,
     /// Claim the manager identity before the routing change.
@@ -179,51 +184,6 @@ impl Plan {
 
     fn wake(&mut self, at: SystemTime) {
         self.wake_at = Some(self.wake_at.map_or(at, |t| t.min(at)));
-    }
-}
-
-/// A version left as it is, and why.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Kept {
-    pub build_id: String,
-    pub why: Unaccounted,
-}
-
-/// Why Temporal cannot account for a version that has a Deployment.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Unaccounted {
-    /// Its workers poll another Temporal namespace (`temporalNamespace` changed since): its
-    /// pinned workflows live there, where this controller no longer looks.
-    OtherNamespace(String),
-    /// The worker deployment is not found where the controller looks (deleted in Temporal,
-    /// or `hostPort` now names another server).
-    DeploymentNotFound,
-    /// Its workers were started with another connection (`hostPort`, TLS or credentials) and
-    /// Temporal, reached through the new one, does not list it.
-    OtherConnection,
-    /// Temporal does not list the version although its workers are up (they poll somewhere
-    /// else, or have not polled yet).
-    NotListed { ready: i32 },
-}
-
-impl std::fmt::Display for Kept {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let b = &self.build_id;
-        match &self.why {
-            Unaccounted::OtherNamespace(ns) => {
-                write!(f, "{b} (its workers poll Temporal namespace {ns:?})")
-            }
-            Unaccounted::DeploymentNotFound => {
-                write!(f, "{b} (the worker deployment is not found in Temporal)")
-            }
-            Unaccounted::OtherConnection => write!(
-                f,
-                "{b} (its workers use a previous connection, and Temporal reached through the current one does not list it)"
-            ),
-            Unaccounted::NotListed { .. } => {
-                write!(f, "{b} (Temporal does not list it, yet its pods are ready)")
-            }
-        }
     }
 }
 
@@ -341,6 +301,13 @@ pub fn plan_with(
     );
     reconnect_older_versions(observed, &target, &desired_conn_hash, &mut plan);
     delete_drained_versions(observed, &target, &mut plan);
+    plan.restrategy = deployment::strategy_changes(wd, observed, |name| {
+        plan.delete_deployments.iter().any(|n| n == name)
+            || plan
+                .apply
+                .iter()
+                .any(|a| a.metadata.name.as_deref() == Some(name))
+    });
 
     let guard = guard::assess(wd, &target, observed);
     if let Some(at) = guard.deadline_at {

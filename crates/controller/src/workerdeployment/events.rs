@@ -55,6 +55,10 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 "DeploymentCreated",
                 format!("created Deployment {deployment} for buildID {target}"),
             )),
+            Done::Restrategized { deployment } => Some(normal(
+                "DeploymentStrategyApplied",
+                format!("set the strategy of Deployment {deployment} to spec.deploymentStrategy"),
+            )),
             Done::Reconnected { deployment, build } => Some(normal(
                 "DeploymentReconnected",
                 format!(

@@ -39,6 +39,10 @@ pub enum Done {
         deployment: String,
         replicas: i32,
     },
+    /// A Deployment's `spec.strategy` was set to `spec.deploymentStrategy`.
+    Restrategized {
+        deployment: String,
+    },
     DeletedDeployment {
         deployment: String,
     },
@@ -197,6 +201,29 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 build,
                 "the Deployment of buildID {build} has no spec; it keeps its previous connection"
             ),
+        }
+    }
+    for (name, strategy) in &plan.restrategy {
+        // A merge patch replaces what it names: `rollingUpdate: null` takes a rolling update's
+        // settings away when the strategy becomes Recreate (apps/v1 refuses both at once).
+        let body = serde_json::json!({"spec": {"strategy": {
+            "type": strategy.type_,
+            "rollingUpdate": strategy.rolling_update,
+        }}});
+        match deployments
+            .patch(name, &PatchParams::default(), &Patch::Merge(body))
+            .await
+        {
+            Ok(_) => applied.done.push(Done::Restrategized {
+                deployment: name.clone(),
+            }),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::kube_write(
+                    format!("set the strategy of Deployment {ns}/{name}"),
+                    &e,
+                ));
+            }
         }
     }
     let seen = |name: &str| observed.deployments.values().find(|d| d.name == name);

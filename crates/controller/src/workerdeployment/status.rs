@@ -187,6 +187,7 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             Done::Created { .. }
             | Done::Applied { .. }
             | Done::Reconnected { .. }
+            | Done::Restrategized { .. }
             | Done::Scaled { .. }
             | Done::GateStartFailed { .. } => {}
         }

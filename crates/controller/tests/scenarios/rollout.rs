@@ -1,7 +1,7 @@
 //! Rollouts by strategy (TWC's manual, all-at-once and progressive test tables, without the
 //! gate, version-limit and manager-identity cases, which have their own files).
 
-use serde_json::json;
+use serde_json::{Value, json};
 use twc_api::VersionStatus::{Current, Drained, Inactive, Ramping};
 use twc_testenv::LocalImage;
 
@@ -207,4 +207,74 @@ pub async fn all_at_once_rollback_expect_immediate_promotion(w: &'static World) 
     // The demoted v2 keeps its workers: it is never scaled down before it drained plus
     // scaledownDelay (TWC scaled a just-demoted version to 0 while its drainage was unknown).
     s.wait_replicas(&v2, 1).await;
+}
+
+/// `spec.deploymentStrategy` (TWC's field): every version's Deployment gets it, the older
+/// version's too, and a change of it makes no new version (it is not in the build ID).
+pub async fn deployment_strategy_reaches_every_version(w: &'static World) {
+    use kube::api::{Patch, PatchParams};
+    let mut s = Scenario::new(w, "deploy-strategy").await;
+    let mut spec = s.spec(all_at_once(), &image("v2.0"));
+    spec["deploymentStrategy"] = json!({"type": "Recreate"});
+    s.create(spec).await;
+    let v1 = s.existing_version(&image("v1.0"), 1).await;
+    s.wait_registered(&[&v1]).await;
+    s.set_current(&v1).await;
+    s.connect().await;
+    let target = s.target_build_id();
+    let settled = Expect::target(&target, Current)
+        .current(&target)
+        .deprecated(&v1, Drained);
+    s.wait_status(&settled).await;
+    let strategies = |want: Value| {
+        let api = s.deployments();
+        let names = [s.deployment_of(&v1), s.deployment_of(&target)];
+        async move {
+            twc_testenv::wait_for(&format!("strategy {want} on both versions"), WAIT, || {
+                let (api, names, want) = (api.clone(), names.clone(), want.clone());
+                async move {
+                    for name in &names {
+                        let d = api.get(name).await.map_err(|e| e.to_string())?;
+                        let have = serde_json::to_value(d.spec.and_then(|s| s.strategy))
+                            .map_err(|e| e.to_string())?;
+                        if have != want {
+                            return Err(format!("{name}: {have}"));
+                        }
+                    }
+                    Ok(())
+                }
+            })
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    strategies(json!({"type": "Recreate"})).await;
+    s.wds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"deploymentStrategy":
+                {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0}}}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    strategies(json!({"type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 0, "maxSurge": "25%"}}))
+    .await;
+    // Still the same target, and no third Deployment.
+    assert_eq!(s.target_build_id(), target);
+    s.wait_status(&settled).await;
+    let mine = kube::api::ListParams::default().labels(&format!(
+        "{}={}",
+        twc_api::labels::DEPLOYMENT_NAME,
+        s.name
+    ));
+    let owned = s
+        .deployments()
+        .list(&mine)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items
+        .len();
+    assert_eq!(owned, 2, "a strategy change makes no new version");
 }

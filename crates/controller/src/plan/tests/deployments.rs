@@ -262,3 +262,59 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
         1
     );
 }
+
+/// `spec.deploymentStrategy` reaches every version's Deployment, old ones included, and only
+/// those whose strategy differs once `apps/v1`'s defaults are filled; none when it is omitted,
+/// none being deleted.
+#[test]
+fn the_deployment_strategy_is_set_on_every_version_that_differs() {
+    use VersionStatus::{Current, Draining};
+    use k8s_openapi::api::apps::v1::{DeploymentStrategy, RollingUpdateDeployment};
+    use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+    let mut wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let world = |wd: &WorkerDeployment| {
+        world(wd)
+            .deployment(&target, Some(1))
+            .version(&target, Current)
+            .current(&target)
+            .deployment("draining", Some(1))
+            .version("draining", Draining)
+            .deployment("gone", Some(1))
+            .no_ready_pods("gone")
+            .build()
+    };
+    let names = |p: &Plan| {
+        let mut n: Vec<String> = p.restrategy.iter().map(|(n, _)| n.clone()).collect();
+        n.sort();
+        n
+    };
+    assert!(plan(&wd, &conn(), &me(), &world(&wd)).restrategy.is_empty());
+    // Kubernetes' default written out is no change.
+    wd.spec.deployment_strategy = Some(DeploymentStrategy {
+        type_: Some("RollingUpdate".into()),
+        rolling_update: None,
+    });
+    assert!(plan(&wd, &conn(), &me(), &world(&wd)).restrategy.is_empty());
+    wd.spec.deployment_strategy = Some(DeploymentStrategy {
+        type_: None,
+        rolling_update: Some(RollingUpdateDeployment {
+            max_unavailable: Some(IntOrString::Int(0)),
+            max_surge: None,
+        }),
+    });
+    let p = plan(&wd, &conn(), &me(), &world(&wd));
+    let name = |b: &str| build_id::deployment_name("w", b);
+    let mut expected = vec![name(&target), name("draining")];
+    expected.sort();
+    assert_eq!(names(&p), expected, "the one being deleted is left alone");
+    assert!(p.delete_deployments.contains(&name("gone")));
+    let (_, set) = &p.restrategy[0];
+    assert_eq!(
+        set.rolling_update
+            .as_ref()
+            .and_then(|r| r.max_surge.clone()),
+        Some(IntOrString::String("25%".into())),
+        "filled with the default"
+    );
+}

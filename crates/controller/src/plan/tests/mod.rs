@@ -94,6 +94,8 @@ impl World {
             connection_hash: Some(deployment::connection_hash(&conn())),
             template_digest: Some(self.template_digest.clone()),
             temporal_namespace: Some("default".into()),
+            // As the apiserver stores a Deployment created without one.
+            strategy: Some(twc_api::deployment_strategy::defaulted(&Default::default())),
             uid: Some(format!("uid-{build}")),
             resource_version: Some("1".into()),
         };
