@@ -203,13 +203,8 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
-        "has(self.name) || has(self.objectRef)",
-        "connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)",
-    ),
-    (
-        "workerdeployments",
-        "!(has(self.name) && has(self.objectRef))",
-        "connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one",
+        "has(self.name) != has(self.objectRef)",
+        "exactly one of name or objectRef must be set",
     ),
     (
         "workerdeployments",
@@ -220,6 +215,11 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
         "workerdeployments",
         "self == 'Connection' || self == 'ClusterConnection'",
         "connectionRef.kind must be Connection or ClusterConnection",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.__namespace__)",
+        "objectRef.namespace is not supported yet",
     ),
     (
         "workerdeployments",
@@ -381,6 +381,7 @@ mod tests {
                 api_group: "temporal.io".into(),
                 kind: "ClusterConnection".into(),
                 name: "c".into(),
+                namespace: None,
             }),
         };
         assert_eq!(
@@ -394,6 +395,7 @@ mod tests {
                 api_group: "temporal.io".into(),
                 kind: "Secret".into(),
                 name: "c".into(),
+                namespace: None,
             }),
         };
         assert_eq!(bad.target(), None);

@@ -12,10 +12,8 @@ use serde::{Deserialize, Serialize};
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
 #[x_kube(
-    validation = Rule::new("has(self.name) || has(self.objectRef)")
-        .message("connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)"),
-    validation = Rule::new("!(has(self.name) && has(self.objectRef))")
-        .message("connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one"),
+    validation = Rule::new("has(self.name) != has(self.objectRef)")
+        .message("exactly one of name or objectRef must be set"),
     validation = Rule::new("!has(self.kind) || has(self.name)")
         .message("connectionRef.kind goes with connectionRef.name; objectRef carries its own kind")
 )]
@@ -40,6 +38,10 @@ pub struct ConnectionReference {
 /// A typed reference to a Connection or ClusterConnection.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, Hash)]
 #[serde(rename_all = "camelCase")]
+#[x_kube(
+    validation = Rule::new("!has(self.__namespace__)")
+        .message("objectRef.namespace is not supported yet")
+)]
 pub struct ConnectionObjectReference {
     /// API group of the referenced object; only `temporal.io` is supported.
     #[serde(default = "default_api_group")]
@@ -54,6 +56,12 @@ pub struct ConnectionObjectReference {
     /// Name of the referenced object.
     #[schemars(length(max = 253), regex(pattern = "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"))]
     pub name: String,
+
+    /// Not supported (as in TWC): a Connection is always the one in the WorkerDeployment's
+    /// namespace, and a ClusterConnection has none. Kept in the schema so a manifest that sets
+    /// it is refused with a message rather than having it dropped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
 }
 
 fn default_api_group() -> String {

@@ -383,14 +383,14 @@ async fn connection_ref_takes_exactly_one_of_name_and_object_ref() -> TestResult
             "both",
             json!({"name": "conn", "objectRef": {"kind": "Connection", "name": "conn"}}),
         ),
-        "connectionRef.name and connectionRef.objectRef are mutually exclusive: set only one",
+        "exactly one of name or objectRef must be set",
     )
     .await;
     assert_rejected(
         &wds,
         "neither name nor objectRef",
         with_ref("neither", json!({})),
-        "connectionRef needs either name (a Connection in this namespace) or objectRef (a Connection or ClusterConnection)",
+        "exactly one of name or objectRef must be set",
     )
     .await;
     assert_rejected(
@@ -401,6 +401,16 @@ async fn connection_ref_takes_exactly_one_of_name_and_object_ref() -> TestResult
             json!({"objectRef": {"kind": "Secret", "name": "s"}}),
         ),
         "objectRef.kind must be Connection or ClusterConnection",
+    )
+    .await;
+    assert_rejected(
+        &wds,
+        "objectRef with a namespace",
+        with_ref(
+            "objectref-namespace",
+            json!({"objectRef": {"kind": "Connection", "name": "c", "namespace": "other"}}),
+        ),
+        "objectRef.namespace is not supported yet",
     )
     .await;
     assert_rejected(

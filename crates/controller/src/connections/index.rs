@@ -412,6 +412,7 @@ mod tests {
                 api_group: "temporal.io".into(),
                 kind: "ClusterConnection".into(),
                 name: n.into(),
+                namespace: None,
             }),
         }
     }
