@@ -138,6 +138,8 @@ scenarios! {
         rollout::manual_rollout_custom_build_expect_rolling_update,
     deployment_strategy_reaches_every_version =>
         rollout::deployment_strategy_reaches_every_version,
+    a_version_that_never_served_waits_for_its_workflows_then_is_retired =>
+        rollout::a_version_that_never_served_waits_for_its_workflows_then_is_retired,
     all_at_once_rollback_expect_immediate_promotion =>
         rollout::all_at_once_rollback_expect_immediate_promotion,
     progressive_rollout_expect_first_step => rollout::progressive_rollout_expect_first_step,

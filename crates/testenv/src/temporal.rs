@@ -331,6 +331,45 @@ pub async fn start_workflow(
     id: &str,
     json_input: Option<&str>,
 ) -> Result<(), Error> {
+    start_workflow_pinned(
+        conn,
+        namespace,
+        task_queue,
+        workflow_type,
+        id,
+        json_input,
+        None,
+    )
+    .await
+}
+
+/// [`start_workflow`], pinned by a versioning override to `pinned` (deployment name, build
+/// ID) when given: it runs there whatever the routing says.
+pub async fn start_workflow_pinned(
+    conn: &Connection,
+    namespace: &str,
+    task_queue: &str,
+    workflow_type: &str,
+    id: &str,
+    json_input: Option<&str>,
+    pinned: Option<(&str, &str)>,
+) -> Result<(), Error> {
+    use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion;
+    use temporalio_common::protos::temporal::api::workflow::v1::VersioningOverride;
+    use temporalio_common::protos::temporal::api::workflow::v1::versioning_override::{
+        Override, PinnedOverride, PinnedOverrideBehavior,
+    };
+    #[allow(deprecated)]
+    let versioning_override = pinned.map(|(deployment, build)| VersioningOverride {
+        r#override: Some(Override::Pinned(PinnedOverride {
+            behavior: PinnedOverrideBehavior::Pinned as i32,
+            version: Some(WorkerDeploymentVersion {
+                deployment_name: deployment.into(),
+                build_id: build.into(),
+            }),
+        })),
+        ..Default::default()
+    });
     use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads, WorkflowType};
     use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
     use temporalio_common::protos::temporal::api::workflowservice::v1::StartWorkflowExecutionRequest;
@@ -355,6 +394,7 @@ pub async fn start_workflow(
             }),
             input,
             identity: "twc-testenv".into(),
+            versioning_override,
             ..Default::default()
         }))
         .await

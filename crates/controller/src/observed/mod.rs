@@ -123,6 +123,10 @@ pub struct TargetObserved {
     pub analysis: Option<Counted>,
     /// The gate runs of the ramp step the target is at, when that step has a gate.
     pub step_gates: Option<StepGates>,
+    /// Superseded versions that never served (Inactive, not the target, scaled to 0) on
+    /// which visibility counted no running workflow: they may be retired. One whose count
+    /// failed or found workflows is not here.
+    pub idle_inactive: Vec<String>,
 }
 
 /// The gate runs of one ramp step, one per workflow task queue once started.

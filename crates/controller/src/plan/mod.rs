@@ -133,6 +133,9 @@ pub struct Plan {
     /// Build IDs of older versions whose running Deployment still uses a previous connection:
     /// re-applied with the new one (see [`deployment::reconnected`]).
     pub reconnect: Vec<String>,
+    /// Superseded versions that never served to retire (TWC's rule): the Temporal version is
+    /// deleted first (without skipping drainage), then its Deployment.
+    pub retire: Vec<String>,
     /// (Deployment name, strategy): versions whose Deployment's `spec.strategy` differs from
     /// `spec.deploymentStrategy` (with `apps/v1`'s defaults); patched in place, no pod rolls.
     pub restrategy: Vec<(String, DeploymentStrategy)>,
@@ -171,6 +174,7 @@ impl Plan {
             || self.claim_manager
             || !self.start_gates.is_empty()
             || !self.delete_versions.is_empty()
+            || !self.retire.is_empty()
     }
 
     /// Whether the plan must be made on a state just read, not a reused one: it writes to
@@ -178,6 +182,7 @@ impl Plan {
     /// come back since the last read).
     pub fn needs_fresh_state(&self) -> bool {
         self.writes_temporal()
+            || !self.retire.is_empty()
             || !self.delete_deployments.is_empty()
             || self.scale.iter().any(|(_, r)| *r == 0)
     }
@@ -434,6 +439,14 @@ fn scale_and_sunset(
             VersionStatus::Inactive => {
                 if d.spec_replicas != Some(0) {
                     plan.scale.push((d.name.clone(), 0));
+                } else if retirable(build, d, target, state) {
+                    if observed.target.idle_inactive.contains(build) {
+                        plan.retire.push(build.clone());
+                    } else {
+                        // Counted again a little later (pollers linger after the pods stop,
+                        // and the server refuses the deletion while they do).
+                        plan.wake(now + RETIRE_AGAIN);
+                    }
                 }
             }
             VersionStatus::NotRegistered => {
@@ -489,6 +502,27 @@ fn scale_and_sunset(
             }
         }
     }
+}
+
+/// How soon a superseded version that could not be retired yet is looked at again.
+const RETIRE_AGAIN: Duration = Duration::from_secs(120);
+
+/// Whether `build` is a version that never served and is done with (TWC's rule for Inactive
+/// versions, #577): Inactive in Temporal, neither the target nor current nor ramping, and its
+/// Deployment fully scaled down. Its running workflows are counted before it is retired.
+pub fn retirable(
+    build: &str,
+    d: &ObservedDeployment,
+    target: &str,
+    state: &DeploymentState,
+) -> bool {
+    state.exists
+        && status_of(state, build) == VersionStatus::Inactive
+        && build != target
+        && state.current_build_id.as_deref() != Some(build)
+        && state.ramping_build_id.as_deref() != Some(build)
+        && d.spec_replicas == Some(0)
+        && d.replicas == 0
 }
 
 /// Older versions that follow a connection change.

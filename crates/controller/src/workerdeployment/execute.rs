@@ -264,6 +264,33 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
     // The gate's input was read before execution; unreadable, it stops here (the target's
     // routing waits for its gate anyway).
     start_gates(wd, &temporal, plan, &gate_input?, applied).await;
+    for build in &plan.retire {
+        // The version first: while the server refuses (its pollers linger for a few minutes
+        // after the pods stop) the Deployment stays, and the next pass tries again.
+        if let Err(s) = temporal.delete_version(build, false).await {
+            tracing::debug!("version {build} not retired yet: {}", s.message());
+            continue;
+        }
+        applied.done.push(Done::DeletedVersion {
+            build: build.clone(),
+        });
+        let Some(d) = observed.deployments.get(build) else {
+            continue;
+        };
+        match deployments.delete(&d.name, &delete_params(Some(d))).await {
+            Ok(_) => applied.done.push(Done::DeletedDeployment {
+                deployment: d.name.clone(),
+            }),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(kube::Error::Api(s)) if s.code == 409 => stale(applied, &d.name, "delete"),
+            Err(e) => {
+                return Err(Error::kube_write(
+                    format!("delete Deployment {ns}/{}", d.name),
+                    &e,
+                ));
+            }
+        }
+    }
     for build in &plan.delete_versions {
         // Pollers linger for the server's poller TTL after the pods are gone; that and any
         // other refusal just means "later".

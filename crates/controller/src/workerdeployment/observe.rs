@@ -180,6 +180,24 @@ pub async fn read_temporal(
             failed,
         });
     }
+    // Superseded versions that never served, scaled down: retired only once visibility
+    // counts no running workflow on them (a failed count keeps them).
+    let owned = crate::children::owned(wd, &ctx.deployments);
+    for (build, d) in &owned {
+        if !plan::retirable(build, d, target_build, &state) {
+            continue;
+        }
+        ctx.reads.take(&temporal.pool_key, priority).await;
+        match target.open_on(build).await {
+            Ok(0) => target_observed.idle_inactive.push(build.clone()),
+            Ok(n) => tracing::debug!(build, "kept: {n} workflows still run on it"),
+            Err(s) => tracing::warn!(
+                build,
+                "kept: its running workflows could not be counted: {}",
+                s.message()
+            ),
+        }
+    }
     Ok((state, target_observed))
 }
 

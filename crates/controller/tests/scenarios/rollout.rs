@@ -98,8 +98,9 @@ pub async fn manual_rollout_custom_build_expect_rolling_update(w: &'static World
 
 /// `manual-rollout-scale-down-deprecated-versions` and
 /// `all-at-once-expect-scale-down-deprecated-versions`: (st) v1.0 registered but never
-/// promoted, v0 Drained; new target v2.0. The Inactive v1.0 goes to 0 replicas at once; the
-/// Drained v0 keeps its workers until `scaledownDelay` (1h) passes.
+/// promoted, v0 Drained; new target v2.0. The Inactive v1.0 goes to 0 replicas at once, then
+/// is retired (TWC #577: a version that never served goes once scaled down and idle, with no
+/// sunset delay); the Drained v0 keeps its workers until `scaledownDelay` (1h) passes.
 async fn scale_down_deprecated(w: &'static World, prefix: &str, all_at_once_: bool) {
     let mut s = Scenario::new(w, prefix).await;
     let rollout = if all_at_once_ {
@@ -121,10 +122,13 @@ async fn scale_down_deprecated(w: &'static World, prefix: &str, all_at_once_: bo
     } else {
         Expect::target(&target, Inactive)
     }
-    .deprecated(&v0, Drained)
-    .deprecated(&v1, Inactive);
+    .deprecated(&v0, Drained);
+    s.wait_gone(&v1).await;
     s.wait_status(&expect).await;
-    s.wait_replicas(&v1, 0).await;
+    assert!(
+        !s.describe().await.versions.contains_key(&v1),
+        "{v1} is still a version in Temporal"
+    );
     s.wait_replicas(&target, 1).await;
     tokio::time::sleep(SETTLE).await;
     s.assert_status(&expect).await;
@@ -277,4 +281,71 @@ pub async fn deployment_strategy_reaches_every_version(w: &'static World) {
         .items
         .len();
     assert_eq!(owned, 2, "a strategy change makes no new version");
+}
+
+/// TWC #577: a version superseded before it served is retired once scaled down, but not while
+/// a workflow runs on it (here one pinned to it by a versioning override). Once that workflow
+/// ends, the version goes, from Kubernetes and from Temporal.
+pub async fn a_version_that_never_served_waits_for_its_workflows_then_is_retired(
+    w: &'static World,
+) {
+    let mut s = Scenario::new(w, "retire-inactive").await;
+    let mut spec = s.spec(all_at_once(), &image("v2.0"));
+    // Whichever way the server counts the pinned version (Inactive, or Draining once a
+    // workflow is pinned to it), it is deleted once idle.
+    spec["sunset"] = json!({"scaledownDelay": "0s", "deleteDelay": "0s"});
+    s.create(spec).await;
+    let v1 = s.existing_version(&image("v1.0"), 1).await;
+    s.wait_registered(&[&v1]).await;
+    twc_testenv::temporal::start_workflow_pinned(
+        &s.temporal,
+        &s.temporal_ns,
+        &s.name,
+        "Sleep",
+        "pinned-on-v1",
+        Some("600"),
+        Some((&s.deployment_name, &v1)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    s.connect().await;
+    let target = s.target_build_id();
+    s.wait_replicas(&v1, 0).await;
+    // Scaled down, its pollers forgotten (1 s here): kept while the workflow runs.
+    tokio::time::sleep(SETTLE * 2).await;
+    s.deployments()
+        .get(&s.deployment_of(&v1))
+        .await
+        .unwrap_or_else(|e| panic!("{v1}'s Deployment was deleted under its workflow: {e}"));
+    // The dev server reactivates a version a workflow is pinned to (Draining); a server
+    // that leaves it Inactive is what the visibility count before retiring is for (the
+    // planner's unit test `a_version_that_never_served_is_retired_once_scaled_down_and_idle`).
+    let seen = s.describe().await;
+    assert!(
+        seen.versions.contains_key(&v1),
+        "{v1} was deleted in Temporal under its workflow"
+    );
+    let mut svc = s.temporal.workflow_service();
+    svc.terminate_workflow_execution(temporalio_client::tonic::Request::new(
+        temporalio_common::protos::temporal::api::workflowservice::v1::TerminateWorkflowExecutionRequest {
+            namespace: s.temporal_ns.clone(),
+            workflow_execution: Some(
+                temporalio_common::protos::temporal::api::common::v1::WorkflowExecution {
+                    workflow_id: "pinned-on-v1".into(),
+                    ..Default::default()
+                },
+            ),
+            reason: "the test is done with it".into(),
+            ..Default::default()
+        },
+    ))
+    .await
+    .unwrap_or_else(|e| panic!("terminate: {e}"));
+    s.wait_gone(&v1).await;
+    s.wait_temporal(&format!("{v1} deleted"), |st| {
+        !st.versions.contains_key(&v1)
+    })
+    .await;
+    s.wait_status(&Expect::target(&target, Current).current(&target))
+        .await;
 }

@@ -318,3 +318,43 @@ fn the_deployment_strategy_is_set_on_every_version_that_differs() {
         "filled with the default"
     );
 }
+
+/// TWC's rule for versions superseded before they ever served (#577): Inactive, not the
+/// target, scaled to 0 with no pod left, and no running workflow counted on it: retired
+/// (version, then Deployment), with no sunset delay. Not while it still has pods, nor while
+/// its count is unknown or not zero (looked at again in two minutes), never the target.
+#[test]
+fn a_version_that_never_served_is_retired_once_scaled_down_and_idle() {
+    use VersionStatus::{Current, Inactive};
+    let wd = wd("Manual", "w:v3");
+    let target = target_of(&wd);
+    let world = |idle: &[&str]| {
+        let mut o = world(&wd)
+            .at(t(1_000))
+            .deployment("current", Some(1))
+            .version("current", Current)
+            .current("current")
+            .deployment(&target, Some(1))
+            .version(&target, Inactive)
+            .deployment("superseded", Some(0))
+            .version("superseded", Inactive)
+            .deployment("stopping", Some(0))
+            .edit_deployment("stopping", |d| d.replicas = 1)
+            .version("stopping", Inactive)
+            .build();
+        o.target.idle_inactive = idle.iter().map(|b| b.to_string()).collect();
+        o
+    };
+    let p = plan(&wd, &conn(), &me(), &world(&[]));
+    assert!(p.retire.is_empty());
+    assert_eq!(p.wake_at, Some(t(1_000 + 120)), "counted again later");
+    let p = plan(
+        &wd,
+        &conn(),
+        &me(),
+        &world(&["superseded", "stopping", &target]),
+    );
+    assert_eq!(p.retire, vec!["superseded".to_string()]);
+    assert!(p.needs_fresh_state() && p.writes_temporal());
+    assert!(p.delete_versions.is_empty() && p.delete_deployments.is_empty());
+}
