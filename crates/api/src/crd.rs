@@ -37,6 +37,9 @@ pub fn worker_deployment() -> CustomResourceDefinition {
             for child in template.properties.iter_mut().flat_map(|p| p.values_mut()) {
                 strip_descriptions(child);
             }
+            // Required by a rule (see the field), never filled in: a default `{}` would
+            // make "no template" pass it.
+            template.default = None;
         }
     }
     crd
@@ -163,6 +166,16 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
+        "!has(self.gate) || !has(self.gate.encoding) || self.gate.encoding != 'binary/protobuf' || has(self.gate.messageType)",
+        "gate.messageType is required when gate.encoding is binary/protobuf",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.gate) || !has(self.gate.messageType) || (has(self.gate.encoding) && (self.gate.encoding == 'json/protobuf' || self.gate.encoding == 'binary/protobuf'))",
+        "gate.messageType may only be set when gate.encoding is json/protobuf or binary/protobuf",
+    ),
+    (
+        "workerdeployments",
         "!has(self.steps) || self.steps.map(s, s.rampPercentage).isSorted() && self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage))",
         "steps[].rampPercentage must be strictly increasing from one step to the next",
     ),
@@ -200,6 +213,21 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
         "workerdeployments",
         "!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))",
         "maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%",
+    ),
+    (
+        "workerdeployments",
+        "has(self.template) || has(self.deployment) || has(self.workerGroups)",
+        "spec.template is required",
+    ),
+    (
+        "workerdeployments",
+        "false",
+        "spec.deployment is not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead",
+    ),
+    (
+        "workerdeployments",
+        "false",
+        "spec.workerGroups is not supported yet: run one WorkerDeployment per group of workers",
     ),
     (
         "workerdeployments",

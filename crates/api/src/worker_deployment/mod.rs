@@ -38,6 +38,10 @@ use serde::{Deserialize, Serialize};
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp", description = "Age"),
     validation = Rule::new("size(self.metadata.name) <= 63").message("name cannot be more than 63 characters")
 )]
+#[x_kube(
+    validation = Rule::new("has(self.template) || has(self.deployment) || has(self.workerGroups)")
+        .message("spec.template is required")
+)]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerDeploymentSpec {
     /// Number of desired pods for the active versions (current and target). When omitted, the
@@ -51,6 +55,9 @@ pub struct WorkerDeploymentSpec {
     /// variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_DEPLOYMENT_NAME,
     /// TEMPORAL_WORKER_BUILD_ID, and TLS or API-key settings) to every container. Any change
     /// to the template makes a new version, unless `workerOptions.unsafeCustomBuildID` is set.
+    /// Required (a rule, not the schema's `required`, so that a manifest using TWC's
+    /// `spec.deployment` instead hears what to change).
+    #[serde(default)]
     pub template: PodTemplateSpec,
 
     /// Minimum number of seconds a new pod must be ready, without any container crashing, to
@@ -94,6 +101,21 @@ pub struct WorkerDeploymentSpec {
             .message("maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%")
     )]
     pub deployment_strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
+
+    /// Not supported yet: TWC's newer form of the pod template and its Deployment settings
+    /// (an `apps/v1` DeploymentSpec). Refused rather than dropped; set `template`,
+    /// `replicas`, `minReadySeconds`, `progressDeadlineSeconds` and `deploymentStrategy`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_object")]
+    #[x_kube(validation = Rule::new("false").message("spec.deployment is not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead"))]
+    pub deployment: Option<serde_json::Value>,
+
+    /// Not supported yet: TWC's several pod templates per version. Refused rather than
+    /// dropped; run one WorkerDeployment per group of workers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::schema::any_objects")]
+    #[x_kube(validation = Rule::new("false").message("spec.workerGroups is not supported yet: run one WorkerDeployment per group of workers"))]
+    pub worker_groups: Option<serde_json::Value>,
 
     /// How new workflow executions move to the target version.
     pub rollout: RolloutStrategy,

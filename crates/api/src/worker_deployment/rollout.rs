@@ -21,6 +21,10 @@ pub enum RolloutStrategyKind {
 #[x_kube(
     validation = Rule::new("self.strategy != 'Progressive' || (has(self.steps) && size(self.steps) > 0)")
         .message("steps are required for Progressive rollout"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.encoding) || self.gate.encoding != 'binary/protobuf' || has(self.gate.messageType)")
+        .message("gate.messageType is required when gate.encoding is binary/protobuf"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.messageType) || (has(self.gate.encoding) && (self.gate.encoding == 'json/protobuf' || self.gate.encoding == 'binary/protobuf'))")
+        .message("gate.messageType may only be set when gate.encoding is json/protobuf or binary/protobuf"),
     validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
         .message("exactly one of configMapKeyRef or secretKeyRef must be set"),
     validation = Rule::new("!has(self.steps) || self.steps.map(s, s.rampPercentage).isSorted() && self.steps.all(s, self.steps.exists_one(t, t.rampPercentage == s.rampPercentage))")
@@ -101,6 +105,10 @@ fn default_min_samples() -> i32 {
 #[x_kube(
     validation = Rule::new("duration(self.pauseDuration) >= duration('30s')")
         .message("pause duration must be at least 30s"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.encoding) || self.gate.encoding != 'binary/protobuf' || has(self.gate.messageType)")
+        .message("gate.messageType is required when gate.encoding is binary/protobuf"),
+    validation = Rule::new("!has(self.gate) || !has(self.gate.messageType) || (has(self.gate.encoding) && (self.gate.encoding == 'json/protobuf' || self.gate.encoding == 'binary/protobuf'))")
+        .message("gate.messageType may only be set when gate.encoding is json/protobuf or binary/protobuf"),
     validation = Rule::new("!has(self.gate) || !has(self.gate.inputFrom) || (has(self.gate.inputFrom.configMapKeyRef) != has(self.gate.inputFrom.secretKeyRef))")
         .message("exactly one of configMapKeyRef or secretKeyRef must be set")
 )]
@@ -141,9 +149,56 @@ pub struct GateWorkflowConfig {
     pub input: Option<serde_json::Value>,
 
     /// A ConfigMap or Secret key in the WorkerDeployment's namespace whose value (a JSON
-    /// document) is passed as the gate workflow's first argument.
+    /// document, or bytes with a binary `encoding`) is passed as the gate workflow's first
+    /// argument.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub input_from: Option<GateInputSource>,
+
+    /// How the input's bytes are labelled for the workflow's data converter (the payload's
+    /// `encoding` metadata), as in TWC: `json/plain` (the default), `json/protobuf`,
+    /// `binary/plain` or `binary/protobuf`. The bytes are passed as given, never re-encoded;
+    /// the binary encodings need `inputFrom` (a Secret or a ConfigMap's `binaryData`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<GateEncoding>,
+
+    /// The fully qualified protobuf message name of the input (the payload's `messageType`
+    /// metadata): required with `binary/protobuf`, optional with `json/protobuf`, not allowed
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_type: Option<String>,
+}
+
+/// The payload encodings a gate input may be labelled with.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum GateEncoding {
+    #[serde(rename = "binary/plain")]
+    BinaryPlain,
+    #[serde(rename = "json/plain")]
+    JsonPlain,
+    #[serde(rename = "json/protobuf")]
+    JsonProtobuf,
+    #[serde(rename = "binary/protobuf")]
+    BinaryProtobuf,
+}
+
+impl GateEncoding {
+    /// The `encoding` metadata value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            GateEncoding::BinaryPlain => "binary/plain",
+            GateEncoding::JsonPlain => "json/plain",
+            GateEncoding::JsonProtobuf => "json/protobuf",
+            GateEncoding::BinaryProtobuf => "binary/protobuf",
+        }
+    }
+
+    /// Whether the bytes are not JSON (they cannot come from the inline `input`).
+    pub fn is_binary(self) -> bool {
+        matches!(
+            self,
+            GateEncoding::BinaryPlain | GateEncoding::BinaryProtobuf
+        )
+    }
 }
 
 /// Where a gate workflow's input comes from; exactly one of the two.

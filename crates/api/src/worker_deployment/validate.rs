@@ -54,6 +54,22 @@ impl WorkerDeploymentSpec {
             if gate.input.is_some() && gate.input_from.is_some() {
                 err(&field, "only one of input or inputFrom may be set".into());
             }
+            if let Some(encoding) = gate.encoding.filter(|e| e.is_binary()) {
+                if gate.input.is_some() {
+                    err(
+                        &format!("{field}.encoding"),
+                        format!(
+                            "{} cannot be used with inline input: use inputFrom",
+                            encoding.as_str()
+                        ),
+                    );
+                } else if gate.input_from.is_none() {
+                    err(
+                        &format!("{field}.encoding"),
+                        format!("{} requires inputFrom", encoding.as_str()),
+                    );
+                }
+            }
             if let Some(from) = &gate.input_from
                 && from.config_map_key_ref.is_some() == from.secret_key_ref.is_some()
             {
@@ -113,6 +129,18 @@ impl WorkerDeploymentSpec {
             if let Some(Err(e)) = value.as_deref().map(crate::duration::parse) {
                 err(field, e);
             }
+        }
+        if self.deployment.is_some() {
+            err(
+                "spec.deployment",
+                "not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead".into(),
+            );
+        }
+        if self.worker_groups.is_some() {
+            err(
+                "spec.workerGroups",
+                "not supported yet: run one WorkerDeployment per group of workers".into(),
+            );
         }
         if let Some(strategy) = &self.deployment_strategy {
             for (field, message) in super::deployment_strategy::problems(strategy) {
@@ -196,6 +224,7 @@ mod tests {
                 secret_key_ref: Some(Default::default()),
                 config_map_key_ref: None,
             }),
+            ..Default::default()
         });
         let errors = s.validate();
         assert_eq!(errors.len(), 1, "{errors:?}");
@@ -246,5 +275,40 @@ mod tests {
         let errors = s.validate();
         assert_eq!(errors.len(), 1);
         assert_eq!(errors[0].field, "spec.sunset.deleteDelay");
+    }
+
+    /// TWC's webhook rules CEL cannot make (the inline input is free-form): binary bytes
+    /// come from a ConfigMap or Secret, never from the inline JSON.
+    #[test]
+    fn a_binary_gate_input_must_come_from_a_configmap_or_secret() {
+        use crate::worker_deployment::{GateEncoding, GateWorkflowConfig};
+        let mut s = spec();
+        s.rollout.gate = Some(GateWorkflowConfig {
+            workflow_type: "Check".into(),
+            input: Some(serde_json::json!({"a": 1})),
+            encoding: Some(GateEncoding::BinaryPlain),
+            ..Default::default()
+        });
+        let messages: Vec<String> = s.validate().iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            [
+                "spec.rollout.gate.encoding: binary/plain cannot be used with inline input: use inputFrom"
+            ]
+        );
+        if let Some(g) = s.rollout.gate.as_mut() {
+            g.input = None;
+            g.encoding = Some(GateEncoding::BinaryProtobuf);
+        }
+        let messages: Vec<String> = s.validate().iter().map(|e| e.to_string()).collect();
+        assert_eq!(
+            messages,
+            ["spec.rollout.gate.encoding: binary/protobuf requires inputFrom"]
+        );
+        if let Some(g) = s.rollout.gate.as_mut() {
+            g.encoding = Some(GateEncoding::JsonProtobuf);
+            g.input = Some(serde_json::json!({"a": 1}));
+        }
+        assert!(s.validate().is_empty());
     }
 }

@@ -118,6 +118,80 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "spec.workerOptions.unsafeCustomBuildID",
         ),
         (
+            "TWC's spec.deployment (not supported yet)",
+            set(
+                minimal_wd("d"),
+                "spec/deployment",
+                json!({"replicas": 2, "template": {"spec": {"containers": []}}}),
+            ),
+            "spec.deployment is not supported yet",
+        ),
+        (
+            "TWC's spec.deployment in place of spec.template",
+            {
+                let mut v = set(minimal_wd("d2"), "spec/deployment", json!({"template": {}}));
+                if let Some(spec) = v["spec"].as_object_mut() {
+                    spec.remove("template");
+                }
+                v
+            },
+            "spec.deployment is not supported yet",
+        ),
+        (
+            "no template at all",
+            {
+                let mut v = minimal_wd("t0");
+                if let Some(spec) = v["spec"].as_object_mut() {
+                    spec.remove("template");
+                }
+                v
+            },
+            "spec.template is required",
+        ),
+        (
+            "TWC's spec.workerGroups (not supported yet)",
+            set(
+                minimal_wd("g"),
+                "spec/workerGroups",
+                json!([{"name": "a", "deployment": {"template": {}}}]),
+            ),
+            "spec.workerGroups is not supported yet",
+        ),
+        (
+            "binary/protobuf without messageType",
+            set(
+                minimal_wd("e1"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Check", "encoding": "binary/protobuf",
+                    "inputFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}),
+            ),
+            "gate.messageType is required when gate.encoding is binary/protobuf",
+        ),
+        (
+            "messageType with json/plain",
+            set(
+                minimal_wd("e2"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Check", "encoding": "json/plain", "messageType": "a.B"}),
+            ),
+            "gate.messageType may only be set when gate.encoding is json/protobuf or binary/protobuf",
+        ),
+        (
+            "a step gate's messageType without encoding",
+            progressive(json!([{"rampPercentage": 10, "pauseDuration": "30s",
+                "gate": {"workflowType": "Check", "messageType": "a.B"}}])),
+            "gate.messageType may only be set when gate.encoding is json/protobuf or binary/protobuf",
+        ),
+        (
+            "an unknown gate encoding",
+            set(
+                minimal_wd("e3"),
+                "spec/rollout/gate",
+                json!({"workflowType": "Check", "encoding": "yaml/plain"}),
+            ),
+            "spec.rollout.gate.encoding",
+        ),
+        (
             "a deploymentStrategy of an unknown type",
             strategy(json!({"type": "BlueGreen"})),
             "deploymentStrategy.type must be RollingUpdate or Recreate",

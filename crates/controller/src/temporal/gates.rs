@@ -74,6 +74,33 @@ fn status_of(code: i32) -> WorkflowExecutionStatus {
     }
 }
 
+/// A gate workflow's argument: its bytes, labelled (never re-encoded) as the spec says.
+#[derive(Clone, Copy, Debug)]
+pub struct GatePayload<'a> {
+    pub data: &'a [u8],
+    /// The `encoding` metadata (`json/plain` when the spec names none).
+    pub encoding: &'a str,
+    /// The `messageType` metadata, absent (not empty) when not set.
+    pub message_type: Option<&'a str>,
+}
+
+impl GatePayload<'_> {
+    fn payload(&self) -> Payload {
+        let mut metadata = std::collections::HashMap::from([(
+            "encoding".to_string(),
+            self.encoding.as_bytes().to_vec(),
+        )]);
+        if let Some(t) = self.message_type {
+            metadata.insert("messageType".into(), t.as_bytes().to_vec());
+        }
+        Payload {
+            metadata,
+            data: self.data.to_vec(),
+            ..Default::default()
+        }
+    }
+}
+
 impl WorkerDeploymentRef<'_> {
     /// `DescribeWorkerDeploymentVersion` of `build_id`; None when the server does not know it.
     async fn describe_version(&self, build_id: &str) -> Result<Option<VersionInfo>, Status> {
@@ -218,7 +245,7 @@ impl WorkerDeploymentRef<'_> {
         workflow_id: &str,
         task_queue: &str,
         build_id: &str,
-        input: Option<&[u8]>,
+        input: Option<GatePayload<'_>>,
     ) -> Result<String, Status> {
         let mut svc = self.conn.workflow_service();
         let request = StartWorkflowExecutionRequest {
@@ -232,14 +259,8 @@ impl WorkerDeploymentRef<'_> {
                 kind: TaskQueueKind::Normal as i32,
                 normal_name: String::new(),
             }),
-            input: input.map(|data| Payloads {
-                payloads: vec![Payload {
-                    metadata: [("encoding".to_string(), b"json/plain".to_vec())]
-                        .into_iter()
-                        .collect(),
-                    data: data.to_vec(),
-                    ..Default::default()
-                }],
+            input: input.map(|p| Payloads {
+                payloads: vec![p.payload()],
             }),
             workflow_execution_timeout: Some(PbDuration {
                 seconds: GATE_TIMEOUT_SECONDS,
@@ -303,5 +324,45 @@ impl WorkerDeploymentRef<'_> {
                 )
             })
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::GatePayload;
+
+    /// The bytes go as given under every encoding (labelled, never re-encoded), with
+    /// `messageType` only when set, as TWC sends them.
+    #[test]
+    fn a_gate_payload_labels_its_bytes_as_the_spec_says() {
+        for encoding in [
+            "json/plain",
+            "json/protobuf",
+            "binary/plain",
+            "binary/protobuf",
+        ] {
+            let p = GatePayload {
+                data: b"\x08\x01raw",
+                encoding,
+                message_type: None,
+            }
+            .payload();
+            assert_eq!(p.data, b"\x08\x01raw");
+            assert_eq!(
+                p.metadata.get("encoding"),
+                Some(&encoding.as_bytes().to_vec())
+            );
+            assert!(!p.metadata.contains_key("messageType"), "{encoding}");
+        }
+        let p = GatePayload {
+            data: b"{}",
+            encoding: "json/protobuf",
+            message_type: Some("acme.v1.Check"),
+        }
+        .payload();
+        assert_eq!(
+            p.metadata.get("messageType"),
+            Some(&b"acme.v1.Check".to_vec())
+        );
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod credentials;
 pub mod gates;
+pub use gates::GatePayload;
 pub mod missing;
 pub mod pool;
 pub mod reads;

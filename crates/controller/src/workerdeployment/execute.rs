@@ -421,7 +421,11 @@ async fn start_gates(
                 &start.workflow_id,
                 &start.task_queue,
                 build,
-                input.map(|i| i.bytes.as_slice()),
+                input.map(|i| crate::temporal::GatePayload {
+                    data: &i.bytes,
+                    encoding: gate.encoding.map_or("json/plain", |e| e.as_str()),
+                    message_type: gate.message_type.as_deref(),
+                }),
             )
             .await;
         applied.done.push(match started {
