@@ -310,8 +310,13 @@ pub async fn a_version_that_never_served_waits_for_its_workflows_then_is_retired
     .unwrap_or_else(|e| panic!("{e}"));
     s.connect().await;
     let target = s.target_build_id();
-    s.wait_replicas(&v1, 0).await;
-    // Scaled down, its pollers forgotten (1 s here): kept while the workflow runs.
+    s.wait_temporal(&format!("{target} current"), |st| {
+        st.current_build_id.as_deref() == Some(target.as_str())
+    })
+    .await;
+    // Scaled down if the controller saw it Inactive before the server reactivated it (its
+    // pollers forgotten in 1 s here), kept running if it saw it Draining: kept either way
+    // while the workflow runs.
     tokio::time::sleep(SETTLE * 2).await;
     s.deployments()
         .get(&s.deployment_of(&v1))

@@ -176,8 +176,10 @@ pub async fn wrt_gone_deployment_deletes_copy(w: &'static World) {
     let mut s = Scenario::new(w, "wrt-gone-deployment").await;
     s.create(s.spec(manual(), &image("v1.0"))).await;
     let v0 = s.existing_version(&image("v0"), 1).await;
-    // Registered, or the controller deletes the Deployment of a version Temporal does not know.
+    // Registered, or the controller deletes the Deployment of a version Temporal does not know;
+    // and current, or, never having served, it is retired once scaled down (TWC #577).
     s.wait_registered(&[&v0]).await;
+    s.set_current(&v0).await;
     s.connect().await;
     let v1 = s.target_build_id();
     s.wait_registered(&[&v1]).await;
