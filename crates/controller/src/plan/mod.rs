@@ -8,6 +8,7 @@ pub mod guard;
 mod kept;
 pub mod pace;
 pub mod pods;
+mod retire;
 mod rollback;
 mod routing;
 
@@ -25,6 +26,8 @@ pub use crate::observed::{
 };
 pub use gates::{failed_step_gate, gates_may_start, retry_token, step_gate_id};
 pub use kept::{Kept, Unaccounted};
+use retire::RETIRE_AGAIN;
+pub use retire::retirable;
 pub use routing::workers_up;
 
 /// Which extra reads the planner needs about the target version.
@@ -472,8 +475,14 @@ fn scale_and_sunset(
                     });
                 }
             }
-            // Never scale a draining version: its pinned workflows need the workers.
-            VersionStatus::Draining => {}
+            // Never scale a draining version down: its pinned workflows need the workers. One
+            // at 0 (scaled down Inactive or Drained, then reactivated by a workflow pinned to
+            // it) gets them back, as TWC does since #587.
+            VersionStatus::Draining => {
+                if d.spec_replicas == Some(0) {
+                    plan.scale.push((d.name.clone(), replicas.unwrap_or(1)));
+                }
+            }
             VersionStatus::Ramping | VersionStatus::Current => {
                 if let Some(r) = replicas
                     && d.spec_replicas != Some(r)
@@ -502,27 +511,6 @@ fn scale_and_sunset(
             }
         }
     }
-}
-
-/// How soon a superseded version that could not be retired yet is looked at again.
-const RETIRE_AGAIN: Duration = Duration::from_secs(120);
-
-/// Whether `build` is a version that never served and is done with (TWC's rule for Inactive
-/// versions, #577): Inactive in Temporal, neither the target nor current nor ramping, and its
-/// Deployment fully scaled down. Its running workflows are counted before it is retired.
-pub fn retirable(
-    build: &str,
-    d: &ObservedDeployment,
-    target: &str,
-    state: &DeploymentState,
-) -> bool {
-    state.exists
-        && status_of(state, build) == VersionStatus::Inactive
-        && build != target
-        && state.current_build_id.as_deref() != Some(build)
-        && state.ramping_build_id.as_deref() != Some(build)
-        && d.spec_replicas == Some(0)
-        && d.replicas == 0
 }
 
 /// Older versions that follow a connection change.

@@ -297,15 +297,21 @@ pub async fn a_version_that_never_served_waits_for_its_workflows_then_is_retired
     s.create(spec).await;
     let v1 = s.existing_version(&image("v1.0"), 1).await;
     s.wait_registered(&[&v1]).await;
-    twc_testenv::temporal::start_workflow_pinned(
-        &s.temporal,
-        &s.temporal_ns,
-        &s.name,
-        "Sleep",
-        "pinned-on-v1",
-        Some("600"),
-        Some((&s.deployment_name, &v1)),
-    )
+    // The version reaches the task queue a moment after it is listed in the deployment
+    // ("Pinned version ... is not present in task queue"): asked again until it is there.
+    twc_testenv::wait_for("the workflow pinned to v1 started", WAIT, || async {
+        twc_testenv::temporal::start_workflow_pinned(
+            &s.temporal,
+            &s.temporal_ns,
+            &s.name,
+            "Sleep",
+            "pinned-on-v1",
+            Some("600"),
+            Some((&s.deployment_name, &v1)),
+        )
+        .await
+        .map_err(|e| e.to_string())
+    })
     .await
     .unwrap_or_else(|e| panic!("{e}"));
     s.connect().await;

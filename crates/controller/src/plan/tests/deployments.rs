@@ -358,3 +358,24 @@ fn a_version_that_never_served_is_retired_once_scaled_down_and_idle() {
     assert!(p.needs_fresh_state() && p.writes_temporal());
     assert!(p.delete_versions.is_empty() && p.delete_deployments.is_empty());
 }
+
+/// A version scaled to 0 and then reactivated by a workflow pinned to it (Draining again) gets
+/// its workers back: the spec's replicas, or 1 when an autoscaler owns them (TWC #587).
+#[test]
+fn a_draining_version_at_zero_gets_its_workers_back() {
+    use VersionStatus::{Current, Draining};
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .deployment(&target, Some(1))
+        .version(&target, Current)
+        .current(&target)
+        .deployment("reactivated", Some(0))
+        .version("reactivated", Draining)
+        .deployment("draining", Some(1))
+        .version("draining", Draining)
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    let name = |b: &str| build_id::deployment_name("w", b);
+    assert_eq!(p.scale, vec![(name("reactivated"), 1)]);
+}
