@@ -80,7 +80,15 @@ pub mod conditions {
     pub const PROGRESSING: &str = "Progressing";
 
     pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
+    /// `Progressing=True`: the target's workers have not polled yet (not registered), or,
+    /// once it is current, some of its task queues have no active poller (TWC #448).
     pub const WAITING_FOR_POLLERS: &str = "WaitingForPollers";
+    /// `Progressing=False` once the target is current: every task queue it is known to poll
+    /// has an active poller.
+    pub const ACTIVE_POLLERS: &str = "ActivePollers";
+    /// `Progressing=False` once the target is current: whether its task queues have pollers
+    /// could not be told (never "no pollers").
+    pub const POLLER_STATUS_UNKNOWN: &str = "PollerStatusUnknown";
     pub const WAITING_FOR_PROMOTION: &str = "WaitingForPromotion";
     pub const RAMPING: &str = "Ramping";
     pub const CONNECTION_NOT_FOUND: &str = "ConnectionNotFound";

@@ -150,6 +150,8 @@ scenarios! {
     wrt_multiple_active_versions => wrt::wrt_multiple_active_versions,
     wrt_gone_deployment_deletes_copy => wrt::wrt_gone_deployment_deletes_copy,
     wrt_scaler_owns_replicas => wrt::wrt_scaler_owns_replicas,
+    wrt_current_version_without_pollers_is_reported =>
+        wrt::wrt_current_version_without_pollers_is_reported,
     wrt_apply_failure => wrt::wrt_apply_failure,
     wrt_ssa_idempotency => wrt::wrt_ssa_idempotency,
     wrt_creates_hpa_per_build_id => wrt::wrt_creates_hpa_per_build_id,

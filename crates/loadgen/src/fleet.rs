@@ -20,10 +20,17 @@ use kube::runtime::watcher::{self, Event};
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use temporalio_client::{Connection, tonic};
-use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentOptions;
-use temporalio_common::protos::temporal::api::enums::v1::{TaskQueueKind, WorkerVersioningMode};
+use temporalio_common::protos::temporal::api::deployment::v1::{
+    WorkerDeploymentOptions, WorkerDeploymentVersion,
+};
+use temporalio_common::protos::temporal::api::enums::v1::{
+    TaskQueueKind, WorkerStatus, WorkerVersioningMode,
+};
 use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
-use temporalio_common::protos::temporal::api::workflowservice::v1::PollWorkflowTaskQueueRequest;
+use temporalio_common::protos::temporal::api::worker::v1::WorkerHeartbeat;
+use temporalio_common::protos::temporal::api::workflowservice::v1::{
+    PollWorkflowTaskQueueRequest, RecordWorkerHeartbeatRequest,
+};
 use tokio::sync::{Mutex, Semaphore};
 use tokio::task::JoinHandle;
 
@@ -31,6 +38,8 @@ use tokio::task::JoinHandle;
 const POLLS_PER_CONNECTION: usize = 500;
 /// Longer than the server's long poll (about a minute).
 const POLL_TIMEOUT: Duration = Duration::from_secs(75);
+/// How often each poller heartbeats (the SDKs' default).
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(60);
 /// Status writes in flight at once.
 const STATUS_WRITES: usize = 32;
 
@@ -240,8 +249,60 @@ impl Fleet {
         conns.get(i).cloned()
     }
 
-    /// Long-polls for one version until aborted.
+    /// Long-polls for one version until aborted, heartbeating as an SDK worker does.
     async fn poll(&self, n: usize, request: PollWorkflowTaskQueueRequest) {
+        tokio::join!(self.long_polls(n, &request), self.heartbeats(n, &request));
+    }
+
+    /// `RecordWorkerHeartbeat` every [`HEARTBEAT_EVERY`], as the SDKs' workers do (what the
+    /// controller's poller-presence check reads with `ListWorkers`).
+    async fn heartbeats(&self, n: usize, request: &PollWorkflowTaskQueueRequest) {
+        let instance = format!("twc-loadgen-{n}");
+        let started = std::time::SystemTime::now();
+        loop {
+            if let Some(conn) = self.connection(n).await {
+                let heartbeat = WorkerHeartbeat {
+                    worker_instance_key: instance.clone(),
+                    worker_identity: request.identity.clone(),
+                    task_queue: request
+                        .task_queue
+                        .as_ref()
+                        .map(|q| q.name.clone())
+                        .unwrap_or_default(),
+                    deployment_version: request.deployment_options.as_ref().map(|o| {
+                        WorkerDeploymentVersion {
+                            deployment_name: o.deployment_name.clone(),
+                            build_id: o.build_id.clone(),
+                        }
+                    }),
+                    sdk_name: "twc-loadgen".into(),
+                    status: WorkerStatus::Running as i32,
+                    start_time: Some(started.into()),
+                    heartbeat_time: Some(std::time::SystemTime::now().into()),
+                    ..Default::default()
+                };
+                let req = RecordWorkerHeartbeatRequest {
+                    namespace: request.namespace.clone(),
+                    identity: request.identity.clone(),
+                    worker_heartbeat: vec![heartbeat],
+                    ..Default::default()
+                };
+                if let Err(s) = conn
+                    .workflow_service()
+                    .record_worker_heartbeat(tonic::Request::new(req))
+                    .await
+                {
+                    self.counts.poll_errors.fetch_add(1, Ordering::Relaxed);
+                    if self.counts.poll_errors.load(Ordering::Relaxed) <= 5 {
+                        eprintln!("fleet: heartbeat: {}", s.message());
+                    }
+                }
+            }
+            tokio::time::sleep(HEARTBEAT_EVERY).await;
+        }
+    }
+
+    async fn long_polls(&self, n: usize, request: &PollWorkflowTaskQueueRequest) {
         loop {
             let Some(conn) = self.connection(n).await else {
                 tokio::time::sleep(Duration::from_secs(1)).await;

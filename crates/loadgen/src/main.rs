@@ -180,7 +180,11 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         ..Default::default()
     };
     if cli.production_drainage {
-        temporal.dynamic_config.clear();
+        // The server's own drainage timing; the workers' heartbeats stay on.
+        temporal.dynamic_config = vec![(
+            twc_testenv::temporal::WORKER_HEARTBEATS.0.into(),
+            twc_testenv::temporal::WORKER_HEARTBEATS.1.into(),
+        )];
     }
     temporal.dynamic_config.push((
         "matching.maxDeployments".into(),
@@ -260,7 +264,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     run.fleet_summary().await;
     if run.premature > 0 {
         println!(
-            "\nodd: up to {} WorkerDeployments at once reported Progressing=RolloutComplete for their new generation while the old build was still current",
+            "\nodd: up to {} WorkerDeployments at once reported Ready=RolloutComplete for their new generation while the old build was still current",
             run.premature
         );
     }

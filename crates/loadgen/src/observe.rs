@@ -24,6 +24,8 @@ pub const CONTROLLER_OPERATIONS: &[&str] = &[
     "DescribeWorkerDeploymentVersion",
     "DescribeWorkflowExecution",
     "ListWorkerDeployments",
+    "ListWorkers",
+    "CountWorkflowExecutions",
     "SetWorkerDeploymentCurrentVersion",
     "SetWorkerDeploymentManager",
     "SetWorkerDeploymentRampingVersion",
@@ -42,7 +44,7 @@ pub const READ_OPERATIONS: &[&str] = &[
 pub struct WdState {
     /// `status.currentVersion.buildID`.
     pub current_build: Option<String>,
-    /// The generation a `Progressing` condition with reason `RolloutComplete` was written for.
+    /// The generation a `Ready` condition with reason `RolloutComplete` was written for.
     pub complete_generation: Option<i64>,
 }
 
@@ -118,7 +120,8 @@ fn state_of(wd: &WorkerDeployment) -> WdState {
         s.conditions
             .iter()
             .find(|c| {
-                c.type_ == twc_api::conditions::PROGRESSING
+                c.type_ == twc_api::conditions::READY
+                    && c.status == "True"
                     && c.reason == twc_api::conditions::ROLLOUT_COMPLETE
             })
             .map(|c| c.observed_generation.unwrap_or(0))

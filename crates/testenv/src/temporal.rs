@@ -46,11 +46,16 @@ pub struct TemporalOptions {
     pub all_interfaces: bool,
 }
 
+/// Dynamic config that turns on the workers' heartbeats, which `ListWorkers` (and the
+/// controller's poller-presence check) reads; off by default in the dev servers up to 1.9.
+pub const WORKER_HEARTBEATS: (&str, &str) = ("frontend.WorkerHeartbeatsEnabled", "true");
+
 impl Default for TemporalOptions {
     fn default() -> Self {
         Self {
             dynamic_config: FAST_DRAINAGE
                 .iter()
+                .chain(std::iter::once(&WORKER_HEARTBEATS))
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
             namespace_pool: NAMESPACE_POOL,

@@ -61,6 +61,20 @@ pub struct Observed {
     pub target_pods: Vec<PodTrouble>,
     /// When the target's pods are listed again, while they are being looked at.
     pub pods_due: Option<SystemTime>,
+    /// Whether the target's task queues have active pollers, looked at once it is current
+    /// (None: not looked at).
+    pub pollers: Option<Pollers>,
+}
+
+/// Whether a current version's task queues have active pollers (TWC #448).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Pollers {
+    /// Every task queue it is known to poll has a running worker.
+    Active,
+    /// These task queues have none (sorted).
+    Missing(Vec<String>),
+    /// It could not be told (a failed read, or no task queue known yet): never "missing".
+    Unknown,
 }
 
 /// A container of the target's pods that is not ready, with the kubelet's reason.
@@ -103,6 +117,7 @@ impl Observed {
             autoscaled: false,
             target_pods: Vec::new(),
             pods_due: None,
+            pollers: None,
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod guard;
 mod kept;
 pub mod pace;
 pub mod pods;
+pub mod pollers;
 mod retire;
 mod rollback;
 mod routing;

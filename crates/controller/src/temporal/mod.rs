@@ -8,6 +8,7 @@ pub mod missing;
 pub mod pool;
 pub mod reads;
 pub mod server;
+pub mod workers;
 
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};

@@ -5,7 +5,10 @@
 
 use std::collections::BTreeMap;
 
-use twc_api::conditions::{READY, ROLLED_BACK, VERSIONS_KEPT, VERSIONS_KNOWN};
+use twc_api::conditions::{
+    ACTIVE_POLLERS, PROGRESSING, READY, ROLLED_BACK, VERSIONS_KEPT, VERSIONS_KNOWN,
+    WAITING_FOR_POLLERS,
+};
 use twc_api::{VersionStatus, WorkerDeployment, WorkerDeploymentStatus, controls};
 
 use super::execute::{Applied, Done};
@@ -131,6 +134,33 @@ pub fn of_error(
 }
 
 /// A failed or rolled-back target (Warning), and the rollout controls as they were acted on.
+/// The current target's pollers came or went (TWC #448): a Warning when a task queue has none
+/// (again, when the queues named change), a Normal event when all have some again; none for
+/// "not known" (nothing happened that a person should hear about).
+fn poller_note(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Option<Note> {
+    let current = after
+        .target_version
+        .as_ref()
+        .is_some_and(|t| t.base.status == VersionStatus::Current);
+    let progressing = |s: &WorkerDeploymentStatus| {
+        s.conditions
+            .iter()
+            .find(|c| c.type_ == PROGRESSING)
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (reason, message) = progressing(after).filter(|_| current)?;
+    let was = progressing(before);
+    match reason.as_str() {
+        WAITING_FOR_POLLERS if was.as_ref() != Some(&(reason.clone(), message.clone())) => {
+            Some(warning(WAITING_FOR_POLLERS, message))
+        }
+        ACTIVE_POLLERS if was.is_none_or(|(r, _)| r != ACTIVE_POLLERS) => {
+            Some(normal(ACTIVE_POLLERS, message))
+        }
+        _ => None,
+    }
+}
+
 fn rollout_notes(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus) -> Vec<Note> {
     let mut notes = Vec::new();
     if let Some(f) = &after.failed_version {
@@ -233,6 +263,7 @@ pub fn of_status(before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus
             .map(|note| warning("GateWorkflowFailed", note)),
     );
     notes.extend(rollout_notes(before, after));
+    notes.extend(poller_note(before, after));
     let collisions = |s: &WorkerDeploymentStatus| s.collision_count.unwrap_or(0);
     if collisions(after) > collisions(before)
         && let Some(target) = &after.target_version

@@ -22,6 +22,9 @@ pub struct Memory {
     pub pods: Option<PodsSeen>,
     /// When it was last warned of its client certificate's expiry.
     pub cert_warned: Option<SystemTime>,
+    /// The current version's task queues asked with `DescribeTaskQueue` (where the worker
+    /// list cannot tell whether they have pollers).
+    pub pollers_asked: Option<crate::plan::pollers::Asked>,
 }
 
 impl Memory {
@@ -30,6 +33,7 @@ impl Memory {
             && self.read.is_none()
             && self.pods.is_none()
             && self.cert_warned.is_none()
+            && self.pollers_asked.is_none()
     }
 }
 

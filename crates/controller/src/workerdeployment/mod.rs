@@ -451,6 +451,16 @@ async fn pipeline(
     )
     .await;
     phases.mark("execute");
+    // Once the target is current (this pass's promotion counted), whether its task queues
+    // have active pollers: the status says so (TWC #448).
+    let after = status::effective(&observed, &applied, ctx.identity());
+    if applied.error.is_none()
+        && after.temporal.current_build_id.as_deref() == Some(plan.target_build_id.as_str())
+    {
+        let pollers = observe::pollers(wd, ctx, &temporal, &mut observed, &plan.target_build_id);
+        observed.pollers = Some(pollers.await);
+        phases.mark("pollers");
+    }
     let pace = pace::pace(wd, &observed, &plan, &ctx.intervals);
     if fresh && applied.error.is_none() {
         let read = Remembered {

@@ -19,6 +19,7 @@ use super::execute::{Applied, Done};
 use crate::conditions::{set_condition, time};
 use crate::connections::ConnKey;
 use crate::error::{Error, Verdict};
+use crate::observed::Pollers;
 use crate::plan::{Observed, Plan, guard};
 use crate::temporal::DeploymentState;
 
@@ -69,7 +70,9 @@ pub fn next(
             s.failed_version = plan.failure.as_ref().map(guard::record);
             s.controls = Some(plan.controls.clone()).filter(|c| *c != RolloutControls::default());
             let target = s.target_version.clone().unwrap_or_default();
-            for (type_, st, why, msg) in rollout_conditions(&target, plan) {
+            for (type_, st, why, msg) in
+                rollout_conditions(&target, plan, observed.pollers.as_ref())
+            {
                 set_condition(&mut s.conditions, type_, st, why, &msg, generation, now);
             }
             if let Some((st, why, msg)) = rolled_back(plan, &s.conditions) {
@@ -245,15 +248,7 @@ fn versions(wd: &WorkerDeployment, target: &str, observed: &Observed) -> WorkerD
         ..Default::default()
     };
     if state.current_build_id.as_deref() != Some(target) {
-        target_version.base.task_queues = observed
-            .target
-            .task_queues
-            .iter()
-            .filter(|q| q.workflow)
-            .map(|q| TaskQueue {
-                name: q.name.clone(),
-            })
-            .collect();
+        target_version.base.task_queues = workflow_queues(observed);
         target_version.test_workflows = observed.target.gates.clone();
         if let Some(g) = &observed.target.step_gates {
             target_version.test_workflows.extend(g.runs.iter().cloned());
@@ -265,8 +260,13 @@ fn versions(wd: &WorkerDeployment, target: &str, observed: &Observed) -> WorkerD
         target_version.ramp_last_modified_at = state.ramp_changed_at.and_then(time);
     }
     let current = state.current_build_id.as_deref();
-    let current_version = current.map(|c| CurrentWorkerDeploymentVersion {
-        base: base(observed, c, &ns),
+    let current_version = current.map(|c| {
+        let mut base = base(observed, c, &ns);
+        if c == target {
+            // The task queues it polls, for the poller-presence check after a restart.
+            base.task_queues = workflow_queues(observed);
+        }
+        CurrentWorkerDeploymentVersion { base }
     });
     let deprecated_versions = observed
         .deployments
@@ -300,6 +300,19 @@ fn versions(wd: &WorkerDeployment, target: &str, observed: &Observed) -> WorkerD
     }
 }
 
+/// The target's workflow task queues, as read.
+fn workflow_queues(observed: &Observed) -> Vec<TaskQueue> {
+    observed
+        .target
+        .task_queues
+        .iter()
+        .filter(|q| q.workflow)
+        .map(|q| TaskQueue {
+            name: q.name.clone(),
+        })
+        .collect()
+}
+
 /// `(status, reason, message)` of RolledBack: True while the target is a failed build whose
 /// new work was routed back, False once it is not (None while it never was True).
 fn rolled_back(
@@ -322,6 +335,7 @@ fn rolled_back(
 fn rollout_conditions(
     target: &TargetWorkerDeploymentVersion,
     plan: &Plan,
+    pollers: Option<&Pollers>,
 ) -> [(&'static str, &'static str, &'static str, String); 2] {
     let build = &target.base.build_id;
     let blocked = plan.blocked.as_deref();
@@ -338,12 +352,34 @@ fn rollout_conditions(
         ];
     }
     let (ready, progressing, why, message) = match target.base.status {
-        VersionStatus::Current => (
-            "True",
-            "False",
-            reason::ROLLOUT_COMPLETE,
-            format!("Rollout complete for buildID {build}"),
-        ),
+        VersionStatus::Current => {
+            // Complete; Progressing says whether its workers poll (TWC #448's words).
+            let ready = format!("Rollout complete for buildID {build}");
+            let (progressing, why, message) = match pollers {
+                Some(Pollers::Missing(queues)) => (
+                    "True",
+                    reason::WAITING_FOR_POLLERS,
+                    format!(
+                        "Version {build} has no active pollers on task queue(s): {}",
+                        queues.join(", ")
+                    ),
+                ),
+                Some(Pollers::Active) => (
+                    "False",
+                    reason::ACTIVE_POLLERS,
+                    format!("Version {build} has active pollers on all known task queues"),
+                ),
+                Some(Pollers::Unknown) | None => (
+                    "False",
+                    reason::POLLER_STATUS_UNKNOWN,
+                    format!("Poller status for version {build} could not be determined"),
+                ),
+            };
+            return [
+                (READY, "True", reason::ROLLOUT_COMPLETE, ready),
+                (PROGRESSING, progressing, why, message),
+            ];
+        }
         VersionStatus::Ramping => (
             "False",
             "True",

@@ -198,6 +198,81 @@ fn a_ramp_and_deletions_made_now_show_in_the_status() {
 }
 
 #[test]
+fn once_current_progressing_says_whether_its_task_queues_have_pollers() {
+    use crate::observed::Pollers;
+    use crate::workerdeployment::events::of_status;
+    let mut observed = v1_current_v2_registered();
+    observed.target.task_queues = vec![crate::observed::TaskQueueRef {
+        name: "q".into(),
+        workflow: true,
+    }];
+    let promoted = vec![Done::Promoted { build: "v2".into() }];
+    let unknown = "Poller status for version v2 could not be determined";
+    let cases = [
+        (None, "False", "PollerStatusUnknown", unknown),
+        (
+            Some(Pollers::Unknown),
+            "False",
+            "PollerStatusUnknown",
+            unknown,
+        ),
+        (
+            Some(Pollers::Active),
+            "False",
+            "ActivePollers",
+            "Version v2 has active pollers on all known task queues",
+        ),
+        (
+            Some(Pollers::Missing(vec!["a".into(), "q".into()])),
+            "True",
+            "WaitingForPollers",
+            "Version v2 has no active pollers on task queue(s): a, q",
+        ),
+    ];
+    let mut statuses = Vec::new();
+    for (pollers, st, why, message) in cases {
+        observed.pollers = pollers;
+        let s = status_after(&observed, promoted.clone());
+        assert_eq!(
+            condition(&s, READY),
+            ("True".into(), "RolloutComplete".into())
+        );
+        assert_eq!(condition(&s, PROGRESSING), (st.into(), why.into()));
+        let said = s.conditions.iter().find(|c| c.type_ == PROGRESSING);
+        assert_eq!(said.map(|c| c.message.as_str()), Some(message));
+        // The queues it polls are recorded, for the check after a restart.
+        let recorded = s.current_version.as_ref().map(|c| c.base.task_queues.len());
+        assert_eq!(recorded, Some(1));
+        statuses.push(s);
+    }
+    // Events on the transitions only: a Warning when pollers go, a Normal one when they are
+    // back, none for "not known".
+    let reasons = |before: &WorkerDeploymentStatus, after: &WorkerDeploymentStatus| {
+        of_status(before, after)
+            .into_iter()
+            .filter(|n| n.reason.contains("Pollers"))
+            .map(|n| (format!("{:?}", n.type_), n.reason))
+            .collect::<Vec<_>>()
+    };
+    let (unknown, active, missing) = (&statuses[0], &statuses[2], &statuses[3]);
+    assert_eq!(
+        reasons(active, missing),
+        vec![("Warning".to_string(), "WaitingForPollers")]
+    );
+    assert!(reasons(missing, missing).is_empty());
+    assert_eq!(
+        reasons(missing, active),
+        vec![("Normal".to_string(), "ActivePollers")]
+    );
+    assert!(reasons(active, active).is_empty());
+    assert!(reasons(active, unknown).is_empty());
+    assert_eq!(
+        reasons(unknown, active),
+        vec![("Normal".to_string(), "ActivePollers")]
+    );
+}
+
+#[test]
 fn an_error_keeps_the_previous_status_and_says_why_only_when_worth_it() {
     let mut previous = WorkerDeploymentStatus::default();
     set_condition(

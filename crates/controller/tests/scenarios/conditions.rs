@@ -2,8 +2,8 @@
 
 use serde_json::json;
 use twc_api::conditions::{
-    CONNECTION_NOT_FOUND, PROGRESSING, READY, ROLLOUT_COMPLETE, TEMPORAL_CLIENT_CREATION_FAILED,
-    TEMPORAL_STATE_FETCH_FAILED, WAITING_FOR_PROMOTION,
+    ACTIVE_POLLERS, CONNECTION_NOT_FOUND, PROGRESSING, READY, ROLLOUT_COMPLETE,
+    TEMPORAL_CLIENT_CREATION_FAILED, TEMPORAL_STATE_FETCH_FAILED, WAITING_FOR_PROMOTION,
 };
 
 use crate::common::World;
@@ -27,8 +27,8 @@ pub async fn conditions_ready_reason_rollout_complete(w: &'static World) {
     s.connect().await;
     let message = s.wait_condition(READY, "True", ROLLOUT_COMPLETE).await;
     assert!(message.contains(&s.target_build_id()), "{message}");
-    s.wait_condition(PROGRESSING, "False", ROLLOUT_COMPLETE)
-        .await;
+    // Complete: Progressing now says whether its workers poll (TWC #448).
+    s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
 }
 
 /// `conditions-missing-connection`.

@@ -13,6 +13,7 @@
 
 mod budget;
 mod listing;
+mod presence;
 mod remembered;
 mod turns;
 
@@ -26,6 +27,7 @@ use crate::temporal::pool::PoolKey;
 
 pub use budget::{Budget, Priority};
 pub use listing::{Listing, Wake};
+pub use presence::Presence;
 pub use remembered::{Asking, Remembered, may_reuse, priority};
 pub use turns::STEADY_SEATS;
 
@@ -67,6 +69,7 @@ pub struct Reads {
     budgets: Mutex<HashMap<(String, String), Arc<Budget>>>,
     turns: Mutex<Turns>,
     directories: Mutex<HashMap<(String, String), Arc<Directory>>>,
+    rolls: Mutex<HashMap<(String, String), Arc<presence::Roll>>>,
     wake: Option<Wake>,
 }
 
@@ -77,6 +80,7 @@ impl Reads {
             budgets: Default::default(),
             turns: Default::default(),
             directories: Default::default(),
+            rolls: Default::default(),
             wake,
         }
     }
@@ -193,6 +197,18 @@ impl Reads {
                 list_into(&mut last, &dir, conn, key, &budget, self.wake.as_ref()).await
             }
         }
+    }
+
+    /// Who polls the namespace `key` reads (its worker list, at most `list_every` old when
+    /// it can be had; see [`Presence`]). None when the server cannot list its workers.
+    pub async fn presence(&self, conn: &Connection, key: &PoolKey) -> Option<Presence> {
+        let roll = {
+            let mut rolls = self.rolls.lock().ok()?;
+            rolls.entry(Self::scope(key)).or_default().clone()
+        };
+        let budget = self.budget(key);
+        roll.presence(conn, key, budget, self.config.list_every, self.wake.clone())
+            .await
     }
 
     /// Drops `wd_key`'s steady turn (it reads at the moving priority now, or is gone).

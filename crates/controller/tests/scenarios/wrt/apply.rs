@@ -280,3 +280,51 @@ pub async fn wrt_scaler_owns_replicas(w: &'static World) {
     tokio::time::sleep(Duration::from_secs(5)).await;
     replicas_become(3, "the scaler's replicas kept").await;
 }
+
+/// TWC #448: once the target is current, `Progressing` says whether its task queues have
+/// active pollers, from Temporal (the worker list), not from the pods. An autoscaler scales the
+/// current version to 0 (a WorkerResourceTemplate's HPA owns the replicas; no HPA controller
+/// runs here, so the test scales as one would): `Progressing=True WaitingForPollers` naming the
+/// task queue, with a Warning; scaled back up, `False ActivePollers`, with a Normal event.
+pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) {
+    use twc_api::conditions::WAITING_FOR_POLLERS;
+    use twc_api::conditions::{ACTIVE_POLLERS, PROGRESSING, READY, ROLLOUT_COMPLETE};
+    let (s, build) = rolled_out(w, "wrt-pollers").await;
+    let message = s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
+    assert!(message.contains(&build), "{message}");
+    s.wait_event_about("Normal", "WorkerDeployment", &s.name, ACTIVE_POLLERS)
+        .await;
+
+    create_wrt(&s, "hpa", hpa_template()).await;
+    wait_applied(&s, "hpa", &[&build]).await;
+    let name = twc_controller::plan::build_id::deployment_name(&s.name, &build);
+    let scale = |n: i32| {
+        let deployments = s.deployments();
+        let name = name.clone();
+        async move {
+            deployments
+                .patch_scale(
+                    &name,
+                    &PatchParams::default(),
+                    &Patch::Merge(json!({"spec": {"replicas": n}})),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("scale {name}: {e}"));
+        }
+    };
+    scale(0).await;
+    let message = s
+        .wait_condition(PROGRESSING, "True", WAITING_FOR_POLLERS)
+        .await;
+    assert!(
+        message.contains(&build) && message.contains(&s.name),
+        "names the version and its task queue: {message}"
+    );
+    let warning = s.wait_warning(WAITING_FOR_POLLERS).await;
+    assert_eq!(warning, message);
+    // Still the rollout's outcome: complete.
+    s.wait_condition(READY, "True", ROLLOUT_COMPLETE).await;
+
+    scale(1).await;
+    s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
+}

@@ -1,0 +1,195 @@
+//! Whether a current version's task queues have active pollers: a pure judgement from the
+//! namespace's worker list (shared, read once per interval) and, only where that list cannot
+//! tell, a `DescribeTaskQueue` per queue, remembered for [`CONFIRM_EVERY`].
+//!
+//! The list tells when the worker deployment's workers heartbeat (any of its versions is on
+//! it): a queue of the version with no running worker listed has no poller. When none of its
+//! workers is listed (a server without `ListWorkers`, heartbeats turned off, or SDKs that do
+//! not send them) the task queues are asked instead. A read that failed is "not known", never
+//! "no pollers".
+
+use std::collections::BTreeSet;
+use std::time::{Duration, SystemTime};
+
+use crate::observed::Pollers;
+
+/// How long a `DescribeTaskQueue` answer stands for a WorkerDeployment whose workers the
+/// list does not show (so that such a fleet costs one read per queue per 5 minutes, not per
+/// pass).
+pub const CONFIRM_EVERY: Duration = Duration::from_secs(300);
+
+/// What the worker list shows for the version.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Listed {
+    /// Some worker of the worker deployment (any version) is listed: its workers heartbeat.
+    pub heartbeats: bool,
+    /// The task queues the version's running workers poll.
+    pub queues: BTreeSet<String>,
+}
+
+/// The task queues asked with `DescribeTaskQueue`, remembered between passes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Asked {
+    pub build_id: String,
+    pub at: SystemTime,
+    /// The queues asked (answered or not), of those the ones a worker of the version
+    /// polled, and the ones whose answer failed (not known).
+    pub asked: BTreeSet<String>,
+    pub polled: BTreeSet<String>,
+    pub failed: BTreeSet<String>,
+}
+
+/// The judgement, or the queues to ask first.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Judged {
+    Done(Pollers),
+    Ask(BTreeSet<String>),
+}
+
+/// Whether `build_id`'s `known` task queues (workflow queues; the listed ones count too) have
+/// pollers, at `now`, from the worker list (`None`: not to be had) and what was asked before.
+pub fn judge(
+    build_id: &str,
+    known: &BTreeSet<String>,
+    listed: Option<&Listed>,
+    asked: Option<&Asked>,
+    now: SystemTime,
+) -> Judged {
+    let listed_queues = listed.map(|l| l.queues.clone()).unwrap_or_default();
+    let queues: BTreeSet<String> = known.union(&listed_queues).cloned().collect();
+    if queues.is_empty() {
+        return Judged::Done(Pollers::Unknown);
+    }
+    let unlisted: BTreeSet<String> = queues.difference(&listed_queues).cloned().collect();
+    if unlisted.is_empty() {
+        return Judged::Done(Pollers::Active);
+    }
+    if listed.is_some_and(|l| l.heartbeats) {
+        return Judged::Done(Pollers::Missing(unlisted.into_iter().collect()));
+    }
+    let fresh = asked.filter(|a| {
+        a.build_id == build_id
+            && unlisted.is_subset(&a.asked)
+            && now
+                .duration_since(a.at)
+                .is_ok_and(|age| age < CONFIRM_EVERY)
+    });
+    let Some(a) = fresh else {
+        return Judged::Ask(unlisted);
+    };
+    let missing: Vec<String> = unlisted
+        .iter()
+        .filter(|q| !a.polled.contains(*q) && !a.failed.contains(*q))
+        .cloned()
+        .collect();
+    Judged::Done(if !missing.is_empty() {
+        Pollers::Missing(missing)
+    } else if unlisted.iter().any(|q| a.failed.contains(q)) {
+        Pollers::Unknown
+    } else {
+        Pollers::Active
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(names: &[&str]) -> BTreeSet<String> {
+        names.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_900_000_000 + s)
+    }
+
+    #[test]
+    fn the_worker_list_settles_it_when_the_workers_heartbeat() {
+        let known = set(&["a", "b"]);
+        let listed = |queues: &[&str]| Listed {
+            heartbeats: true,
+            queues: set(queues),
+        };
+        let j = |l: &Listed| judge("b1", &known, Some(l), None, at(0));
+        assert_eq!(j(&listed(&["a", "b"])), Judged::Done(Pollers::Active));
+        // A queue the version polls that the status did not know yet counts too.
+        assert_eq!(j(&listed(&["a", "b", "c"])), Judged::Done(Pollers::Active));
+        assert_eq!(
+            j(&listed(&["a"])),
+            Judged::Done(Pollers::Missing(vec!["b".into()]))
+        );
+        // Its workers are gone, an older version's still heartbeat: nothing to ask.
+        assert_eq!(
+            j(&listed(&[])),
+            Judged::Done(Pollers::Missing(vec!["a".into(), "b".into()]))
+        );
+        // No queue known and none listed: not known, not "missing".
+        assert_eq!(
+            judge("b1", &BTreeSet::new(), Some(&listed(&[])), None, at(0)),
+            Judged::Done(Pollers::Unknown)
+        );
+    }
+
+    #[test]
+    fn where_the_list_cannot_tell_the_queues_are_asked_once_per_interval() {
+        let known = set(&["a", "b"]);
+        let silent = Listed::default();
+        // No worker of the deployment is listed (or no list): ask the unlisted queues.
+        assert_eq!(
+            judge("b1", &known, Some(&silent), None, at(0)),
+            Judged::Ask(set(&["a", "b"]))
+        );
+        assert_eq!(
+            judge("b1", &known, None, None, at(0)),
+            Judged::Ask(set(&["a", "b"]))
+        );
+        let asked = Asked {
+            build_id: "b1".into(),
+            at: at(0),
+            asked: set(&["a", "b"]),
+            polled: set(&["a", "b"]),
+            failed: BTreeSet::new(),
+        };
+        assert_eq!(
+            judge("b1", &known, None, Some(&asked), at(60)),
+            Judged::Done(Pollers::Active)
+        );
+        // The answer grows old, or was for another build: asked again.
+        assert_eq!(
+            judge("b1", &known, None, Some(&asked), at(301)),
+            Judged::Ask(set(&["a", "b"]))
+        );
+        assert_eq!(
+            judge("b2", &known, None, Some(&asked), at(60)),
+            Judged::Ask(set(&["a", "b"]))
+        );
+        let half = Asked {
+            polled: set(&["a"]),
+            ..asked.clone()
+        };
+        assert_eq!(
+            judge("b1", &known, None, Some(&half), at(60)),
+            Judged::Done(Pollers::Missing(vec!["b".into()]))
+        );
+        // A failed answer is not known: never "missing"; a queue answered without a poller
+        // still says so.
+        let failed = Asked {
+            polled: set(&["a"]),
+            failed: set(&["b"]),
+            ..asked.clone()
+        };
+        assert_eq!(
+            judge("b1", &known, None, Some(&failed), at(60)),
+            Judged::Done(Pollers::Unknown)
+        );
+        let one_missing = Asked {
+            polled: BTreeSet::new(),
+            failed: set(&["b"]),
+            ..asked.clone()
+        };
+        assert_eq!(
+            judge("b1", &known, None, Some(&one_missing), at(60)),
+            Judged::Done(Pollers::Missing(vec!["a".into()]))
+        );
+    }
+}
