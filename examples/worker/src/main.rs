@@ -281,9 +281,22 @@ async fn main() -> anyhow::Result<()> {
             std::future::pending::<()>().await;
         }
     };
+    // SIGTERM (a pod deleted or scaled away): a graceful shutdown, as a real worker does. The
+    // SDK finishes the tasks in hand and tells the server, so the worker leaves Temporal's
+    // worker list at once (ShuttingDown) instead of after its heartbeats go stale.
+    let stop = worker.shutdown_handle();
+    let run = worker.run();
+    tokio::pin!(run);
     tokio::select! {
-        result = worker.run() => result?,
-        _ = shutdown_signal() => println!("shutting down"),
+        result = &mut run => result?,
+        _ = shutdown_signal() => {
+            println!("shutting down");
+            stop();
+            match tokio::time::timeout(Duration::from_secs(20), run).await {
+                Ok(result) => result?,
+                Err(_) => println!("the shutdown took over 20 s; exiting"),
+            }
+        }
         _ = crash => anyhow::bail!("WORKER_MODE=crash: exiting after {crash_after}s, as a broken build does"),
     }
     Ok(())

@@ -203,9 +203,9 @@ pub async fn read_temporal(
 }
 
 /// How long after a version's workers came up the worker list may be trusted to show them
-/// (the SDKs send their first heartbeat within their interval, 60 s by default): before
+/// (the SDKs send their first heartbeat as they start, and the list may be older): before
 /// that, a version missing from the list is asked about with `DescribeTaskQueue`.
-const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(90);
+const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Whether the task queues of `build`, the current version, have active pollers (see
 /// [`plan::pollers`]): the namespace's shared worker list, and `DescribeTaskQueue` (within
@@ -267,7 +267,14 @@ pub async fn pollers(
         }
     }
     let asked = ctx.memories.get(&key).pollers_asked;
-    let queues = match judge(build, &known, listed.as_ref(), asked.as_ref(), observed.now) {
+    let judged = judge(build, &known, listed.as_ref(), asked.as_ref(), observed.now);
+    tracing::debug!(
+        namespace = wd.namespace().unwrap_or_default(),
+        name = wd.name_any(),
+        build,
+        "pollers: {judged:?} (queues {known:?}, listed {listed:?}, asked {asked:?}, up since {up_since:?})"
+    );
+    let queues = match judged {
         Judged::Done(p) => return p,
         Judged::Ask(queues) => queues,
     };

@@ -290,7 +290,7 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
     use twc_api::conditions::WAITING_FOR_POLLERS;
     use twc_api::conditions::{ACTIVE_POLLERS, PROGRESSING, READY, ROLLOUT_COMPLETE};
     let (s, build) = rolled_out(w, "wrt-pollers").await;
-    let message = s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
+    let message = wait_pollers(&s, "False", ACTIVE_POLLERS).await;
     assert!(message.contains(&build), "{message}");
     s.wait_event_about("Normal", "WorkerDeployment", &s.name, ACTIVE_POLLERS)
         .await;
@@ -313,9 +313,7 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
         }
     };
     scale(0).await;
-    let message = s
-        .wait_condition(PROGRESSING, "True", WAITING_FOR_POLLERS)
-        .await;
+    let message = wait_pollers(&s, "True", WAITING_FOR_POLLERS).await;
     assert!(
         message.contains(&build) && message.contains(&s.name),
         "names the version and its task queue: {message}"
@@ -326,5 +324,32 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
     s.wait_condition(READY, "True", ROLLOUT_COMPLETE).await;
 
     scale(1).await;
-    s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
+    wait_pollers(&s, "False", ACTIVE_POLLERS).await;
+}
+
+/// Waits for `Progressing` with `status` and `reason`; on a timeout, fails with what the
+/// controller judged of the pollers.
+async fn wait_pollers(s: &Scenario, status: &str, reason: &str) -> String {
+    use twc_api::conditions::PROGRESSING;
+    let wds = s.wds();
+    let reached = wait_for(&format!("Progressing={status} {reason}"), WAIT, || {
+        let wds = wds.clone();
+        let name = s.name.clone();
+        async move {
+            let wd = wds.get(&name).await.map_err(|e| e.to_string())?;
+            match crate::common::condition(&wd, PROGRESSING) {
+                Some((st, r, m)) if st == status && r == reason => Ok(m),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await;
+    reached.unwrap_or_else(|e| {
+        let judged: Vec<String> = logs_about("pollers: ")
+            .lines()
+            .filter(|l| l.contains(&s.ns))
+            .map(str::to_string)
+            .collect();
+        panic!("{e}; the controller's judgements:\n{}", judged.join("\n"))
+    })
 }
