@@ -288,7 +288,7 @@ pub async fn wrt_scaler_owns_replicas(w: &'static World) {
 /// task queue, with a Warning; scaled back up, `False ActivePollers`, with a Normal event.
 pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) {
     use twc_api::conditions::WAITING_FOR_POLLERS;
-    use twc_api::conditions::{ACTIVE_POLLERS, PROGRESSING, READY, ROLLOUT_COMPLETE};
+    use twc_api::conditions::{ACTIVE_POLLERS, READY, ROLLOUT_COMPLETE};
     let (s, build) = rolled_out(w, "wrt-pollers").await;
     let message = wait_pollers(&s, "False", ACTIVE_POLLERS).await;
     assert!(message.contains(&build), "{message}");
