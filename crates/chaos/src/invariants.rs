@@ -144,7 +144,25 @@ async fn lacks_workers(
     }
     let deployment = build_id::temporal_deployment_name(&run.ns, name);
     let listed = workers?;
-    if listed.keys().any(|(d, _)| *d == deployment) {
+    // A worker's first heartbeat may come a full interval (60 s) after it started: the list
+    // speaks of a version only once its Deployment has been available longer than that.
+    let available_for = d
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| {
+            c.iter()
+                .find(|c| c.type_ == "Available" && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| {
+            let since = std::time::SystemTime::from(t.0);
+            std::time::SystemTime::now()
+                .duration_since(since)
+                .unwrap_or_default()
+        });
+    let settled = available_for.is_some_and(|a| a > Duration::from_secs(90));
+    if settled && listed.keys().any(|(d, _)| *d == deployment) {
         let n = listed
             .get(&(deployment, build.to_string()))
             .copied()

@@ -153,7 +153,11 @@ pub(crate) async fn running_workers(
             .await?
             .into_inner();
         #[allow(deprecated)]
-        for h in page.workers_info.iter().filter_map(|i| i.worker_heartbeat.as_ref()) {
+        for h in page
+            .workers_info
+            .iter()
+            .filter_map(|i| i.worker_heartbeat.as_ref())
+        {
             let fresh = h
                 .heartbeat_time
                 .as_ref()

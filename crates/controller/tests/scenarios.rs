@@ -62,6 +62,8 @@ macro_rules! scenarios {
 }
 
 scenarios! {
+    wrt_current_version_without_pollers_is_reported =>
+        wrt::wrt_current_version_without_pollers_is_reported,
     a_crash_looping_ramp_is_rolled_back_before_its_deadline =>
         guard::a_crash_looping_ramp_is_rolled_back_before_its_deadline,
     rollout_controls_work_mid_rollout => guard::rollout_controls_work_mid_rollout,
@@ -150,8 +152,6 @@ scenarios! {
     wrt_multiple_active_versions => wrt::wrt_multiple_active_versions,
     wrt_gone_deployment_deletes_copy => wrt::wrt_gone_deployment_deletes_copy,
     wrt_scaler_owns_replicas => wrt::wrt_scaler_owns_replicas,
-    wrt_current_version_without_pollers_is_reported =>
-        wrt::wrt_current_version_without_pollers_is_reported,
     wrt_apply_failure => wrt::wrt_apply_failure,
     wrt_ssa_idempotency => wrt::wrt_ssa_idempotency,
     wrt_creates_hpa_per_build_id => wrt::wrt_creates_hpa_per_build_id,

@@ -21,6 +21,9 @@ pub const CONFIRM_EVERY: Duration = Duration::from_secs(300);
 /// What the worker list shows for the version.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Listed {
+    /// The list was asked for long enough after the version's workers came up to show them
+    /// (the SDKs heartbeat as they start): before that, its silence says nothing.
+    pub settled: bool,
     /// Some worker of the worker deployment (any version) is listed: its workers heartbeat.
     pub heartbeats: bool,
     /// The task queues the version's running workers poll.
@@ -64,8 +67,13 @@ pub fn judge(
     if unlisted.is_empty() {
         return Judged::Done(Pollers::Active);
     }
-    if listed.is_some_and(|l| l.heartbeats) {
-        return Judged::Done(Pollers::Missing(unlisted.into_iter().collect()));
+    match listed {
+        // Too early to tell: the next list will.
+        Some(l) if !l.settled => return Judged::Done(Pollers::Unknown),
+        Some(l) if l.heartbeats => {
+            return Judged::Done(Pollers::Missing(unlisted.into_iter().collect()));
+        }
+        _ => {}
     }
     let fresh = asked.filter(|a| {
         a.build_id == build_id
@@ -107,6 +115,7 @@ mod tests {
     fn the_worker_list_settles_it_when_the_workers_heartbeat() {
         let known = set(&["a", "b"]);
         let listed = |queues: &[&str]| Listed {
+            settled: true,
             heartbeats: true,
             queues: set(queues),
         };
@@ -123,6 +132,14 @@ mod tests {
             j(&listed(&[])),
             Judged::Done(Pollers::Missing(vec!["a".into(), "b".into()]))
         );
+        // A list from before the version's workers came up (and their first heartbeat):
+        // what it shows counts, its silence does not.
+        let early = |queues: &[&str]| Listed {
+            settled: false,
+            ..listed(queues)
+        };
+        assert_eq!(j(&early(&["a", "b"])), Judged::Done(Pollers::Active));
+        assert_eq!(j(&early(&["a"])), Judged::Done(Pollers::Unknown));
         // No queue known and none listed: not known, not "missing".
         assert_eq!(
             judge("b1", &BTreeSet::new(), Some(&listed(&[])), None, at(0)),
@@ -133,7 +150,10 @@ mod tests {
     #[test]
     fn where_the_list_cannot_tell_the_queues_are_asked_once_per_interval() {
         let known = set(&["a", "b"]);
-        let silent = Listed::default();
+        let silent = Listed {
+            settled: true,
+            ..Default::default()
+        };
         // No worker of the deployment is listed (or no list): ask the unlisted queues.
         assert_eq!(
             judge("b1", &known, Some(&silent), None, at(0)),

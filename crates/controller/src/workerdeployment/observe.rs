@@ -202,10 +202,11 @@ pub async fn read_temporal(
     Ok((state, target_observed))
 }
 
-/// How long after a version's workers came up the worker list may be trusted to show them
-/// (the SDKs send their first heartbeat as they start, and the list may be older): before
-/// that, a version missing from the list is asked about with `DescribeTaskQueue`.
-const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
+/// How long after a version's workers came up the worker list may be trusted to show them:
+/// the SDKs heartbeat every 60 s, and the first one may come a full interval after the worker
+/// started (seen with the Rust SDK). Before that, a version missing from the list is "not
+/// known" until a later list.
+const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(90);
 
 /// Whether the task queues of `build`, the current version, have active pollers (see
 /// [`plan::pollers`]): the namespace's shared worker list, and `DescribeTaskQueue` (within
@@ -244,8 +245,8 @@ pub async fn pollers(
         .get(build)
         .and_then(|d| d.available_since);
     let listed = presence.as_ref().map(|p| Listed {
-        heartbeats: p.heartbeats(&temporal.deployment_name)
-            && up_since.is_none_or(|t| p.at >= t + LIST_GRACE),
+        settled: up_since.is_none_or(|t| p.at >= t + LIST_GRACE),
+        heartbeats: p.heartbeats(&temporal.deployment_name),
         queues: p
             .queues(&temporal.deployment_name, build)
             .into_iter()

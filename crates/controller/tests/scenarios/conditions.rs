@@ -1,9 +1,11 @@
 //! Conditions and Warning events (TWC's `conditions-*` cases).
 
 use serde_json::json;
+use twc_api::VersionStatus::Current;
 use twc_api::conditions::{
-    ACTIVE_POLLERS, CONNECTION_NOT_FOUND, PROGRESSING, READY, ROLLOUT_COMPLETE,
-    TEMPORAL_CLIENT_CREATION_FAILED, TEMPORAL_STATE_FETCH_FAILED, WAITING_FOR_PROMOTION,
+    ACTIVE_POLLERS, CONNECTION_NOT_FOUND, POLLER_STATUS_UNKNOWN, PROGRESSING, READY,
+    ROLLOUT_COMPLETE, TEMPORAL_CLIENT_CREATION_FAILED, TEMPORAL_STATE_FETCH_FAILED,
+    WAITING_FOR_PROMOTION,
 };
 
 use crate::common::World;
@@ -27,8 +29,19 @@ pub async fn conditions_ready_reason_rollout_complete(w: &'static World) {
     s.connect().await;
     let message = s.wait_condition(READY, "True", ROLLOUT_COMPLETE).await;
     assert!(message.contains(&s.target_build_id()), "{message}");
-    // Complete: Progressing now says whether its workers poll (TWC #448).
-    s.wait_condition(PROGRESSING, "False", ACTIVE_POLLERS).await;
+    // Complete: Progressing is False, saying whether its workers poll (TWC #448) once the
+    // worker list can tell (wrt_current_version_without_pollers_is_reported follows it).
+    let build = s.target_build_id();
+    let wd = s
+        .wait_status(&Expect::target(&build, Current).current(&build))
+        .await;
+    let progressing = crate::common::condition(&wd, PROGRESSING);
+    assert!(
+        progressing.as_ref().is_some_and(
+            |(st, r, _)| st == "False" && (r == ACTIVE_POLLERS || r == POLLER_STATUS_UNKNOWN)
+        ),
+        "{progressing:?}"
+    );
 }
 
 /// `conditions-missing-connection`.

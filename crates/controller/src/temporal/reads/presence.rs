@@ -6,13 +6,17 @@ use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use temporalio_client::Connection;
+use temporalio_client::{Connection, tonic};
 
 use super::Budget;
 use super::listing::Wake;
 use crate::temporal::Code;
 use crate::temporal::pool::PoolKey;
 use crate::temporal::workers::{self, Polling};
+
+/// The longest a refresh (every page, with the waits for the budget) may take; a caller
+/// waits for another's refresh no longer either.
+const REFRESH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// What the namespace's worker list showed, and when it was asked for.
 #[derive(Clone, Debug)]
@@ -98,7 +102,7 @@ impl Roll {
             // Another caller refreshes it.
             Err(_) if stand_in.is_some() => return stand_in,
             Err(_) => {
-                drop(self.refreshing.lock().await);
+                let _ = tokio::time::timeout(REFRESH_TIMEOUT, self.refreshing.lock()).await;
                 return self.shown_within(every * 2);
             }
         };
@@ -117,7 +121,13 @@ impl Roll {
 
     async fn refresh(&self, conn: &Connection, ns: &str, budget: &Budget, wake: Option<&Wake>) {
         let at = SystemTime::now();
-        match workers::list(conn, ns, budget, at).await {
+        let listed = tokio::time::timeout(REFRESH_TIMEOUT, workers::list(conn, ns, budget, at));
+        let listed = listed.await.unwrap_or_else(|_| {
+            Err(tonic::Status::deadline_exceeded(
+                "ListWorkers took too long",
+            ))
+        });
+        match listed {
             Ok(polling) => {
                 let Ok(mut last) = self.last.lock() else {
                     return;

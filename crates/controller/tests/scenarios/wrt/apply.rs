@@ -332,7 +332,9 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
 async fn wait_pollers(s: &Scenario, status: &str, reason: &str) -> String {
     use twc_api::conditions::PROGRESSING;
     let wds = s.wds();
-    let reached = wait_for(&format!("Progressing={status} {reason}"), WAIT, || {
+    // A worker's first heartbeat may come a full interval (60 s) after it started, and the
+    // controller trusts the list's silence only 90 s after the workers came up.
+    let reached = wait_for(&format!("Progressing={status} {reason}"), WAIT * 3, || {
         let wds = wds.clone();
         let name = s.name.clone();
         async move {
@@ -344,6 +346,19 @@ async fn wait_pollers(s: &Scenario, status: &str, reason: &str) -> String {
         }
     })
     .await;
+    if reached.is_err() {
+        use temporalio_common::protos::temporal::api::workflowservice::v1::ListWorkersRequest;
+        let listed = s
+            .temporal
+            .workflow_service()
+            .list_workers(temporalio_client::tonic::Request::new(ListWorkersRequest {
+                namespace: s.temporal_ns.clone(),
+                page_size: 100,
+                ..Default::default()
+            }))
+            .await;
+        eprintln!("ListWorkers now: {listed:?}");
+    }
     reached.unwrap_or_else(|e| {
         let judged: Vec<String> = logs_about("pollers: ")
             .lines()
