@@ -130,6 +130,12 @@ struct Cli {
     /// the images of `hack/image.sh`), with two replicas per version and the node's faults.
     #[arg(long)]
     real_node: bool,
+    /// The self-test (`hack/chaos-self-test.sh`): the controller runs a deliberately broken
+    /// variant (`TWC_CHAOS_BREAK`), and the run succeeds only if this invariant (I1 to I4)
+    /// caught it. The checks after the rollouts wait only the bound (no faults to back off
+    /// from).
+    #[arg(long)]
+    expect_violation: Option<String>,
     /// Directory for data and logs (wiped at start).
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
@@ -228,6 +234,8 @@ struct Run<'a> {
     temporal_ns: String,
     names: Vec<String>,
     converge: Duration,
+    /// A self-test run (`--expect-violation`).
+    self_test: bool,
     report: Mutex<Report>,
     done: AtomicBool,
 }
@@ -345,6 +353,7 @@ async fn main() -> anyhow::Result<()> {
         temporal_ns,
         names,
         converge: Duration::from_secs(cli.converge_seconds),
+        self_test: cli.expect_violation.is_some(),
         report: Mutex::new(Report::default()),
         done: AtomicBool::new(false),
     };
@@ -372,7 +381,10 @@ async fn main() -> anyhow::Result<()> {
     // I4: once the faults stop, everything converges within the bound plus the longest retry
     // backoff (a WorkerDeployment that failed many times in a row waits up to 5 minutes).
     restart_stopped(&controllers)?;
-    let settle = run.converge + twc_controller::error::MAX_BACKOFF;
+    let settle = match cli.expect_violation {
+        Some(_) => run.converge,
+        None => run.converge + twc_controller::error::MAX_BACKOFF,
+    };
     for name in &run.names {
         if let Err(e) = wait_converged(&run, name, settle).await {
             run.report()
@@ -393,6 +405,15 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     let violations: usize = report.violations.values().map(Vec::len).sum();
+    if let Some(expected) = &cli.expect_violation {
+        let caught = report.violations.get(expected.as_str()).map_or(0, Vec::len);
+        let variant = std::env::var("TWC_CHAOS_BREAK").unwrap_or_default();
+        println!("self-test: variant {variant:?}: {expected} caught {caught} violations");
+        if caught == 0 {
+            bail!("{expected} did not catch the broken variant {variant:?} (seed {seed})");
+        }
+        return Ok(());
+    }
     if violations > 0 {
         bail!(
             "{violations} invariant violations (seed {seed}); logs under {}",

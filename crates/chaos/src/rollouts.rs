@@ -57,7 +57,10 @@ pub(crate) async fn drive(run: &Run<'_>, rng: &mut Rng, rounds: usize) -> anyhow
     for round in 1..=rounds {
         for name in &run.names {
             let id = format!("pinned-{name}-r{round}");
-            let seconds = rng.between(2, 12).to_string();
+            // The self-test's pinned workflows outlast a rollout, so that the old version is
+            // still Draining when it is promoted away from.
+            let seconds = rng.between(2, 12) + if run.self_test { 30 } else { 0 };
+            let seconds = seconds.to_string();
             let mut started = false;
             for _ in 0..20 {
                 let start = twc_testenv::temporal::start_workflow(

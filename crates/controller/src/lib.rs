@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod cached;
+pub mod chaos_break;
 pub mod children;
 pub mod conditions;
 pub mod config;

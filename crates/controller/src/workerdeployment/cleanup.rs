@@ -55,7 +55,16 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .annotations()
         .get(SKIP_TEMPORAL_CLEANUP_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let client = match connect(wd, ctx, &ns, &temporal_ns).await {
+    let connected = if crate::chaos_break::is("skip-cleanup") {
+        // The chaos self-test's broken variant: Temporal is left as if it were abandoned.
+        Err(crate::error::Error::InvalidSpec(
+            "chaos-break: skip-cleanup".into(),
+        ))
+    } else {
+        connect(wd, ctx, &ns, &temporal_ns).await
+    };
+    let abandon = abandon || crate::chaos_break::is("skip-cleanup");
+    let client = match connected {
         Ok(client) => Some(client),
         Err(e) if never_connected => {
             ctx.event(

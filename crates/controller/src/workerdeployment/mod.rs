@@ -433,6 +433,8 @@ async fn pipeline(
         plan = plan::plan_with(wd, &resolved.spec, &ctx.identity, &observed, &ctx.limits);
     }
     metrics::global().state_read(!fresh);
+    // Inert unless the chaos self-test's build chose a broken variant.
+    crate::chaos_break::break_plan(&mut plan, &observed);
     if plan.start_gates.is_empty() {
         // Unreadable, an input fails only the pass that starts its gate.
         gate_input = Ok(Default::default());
