@@ -26,6 +26,15 @@ pub fn is(variant: &str) -> bool {
     cfg!(feature = "chaos-break") && std::env::var("TWC_CHAOS_BREAK").is_ok_and(|v| v == variant)
 }
 
+/// An error while broken behaviour `variant` is on (a step that then fails on purpose).
+pub fn refuse(variant: &str) -> crate::error::Result<()> {
+    if is(variant) {
+        let what = format!("chaos-break: {variant}");
+        return Err(crate::error::Error::InvalidSpec(what));
+    }
+    Ok(())
+}
+
 /// Breaks `plan` as the chosen variant asks.
 pub fn break_plan(plan: &mut Plan, observed: &Observed) {
     let deployment_of = |build: &str| observed.deployments.get(build).map(|d| d.name.clone());

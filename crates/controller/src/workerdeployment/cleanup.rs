@@ -55,16 +55,9 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .annotations()
         .get(SKIP_TEMPORAL_CLEANUP_ANNOTATION)
         .is_some_and(|v| v == "true");
-    let connected = if crate::chaos_break::is("skip-cleanup") {
-        // The chaos self-test's broken variant: Temporal is left as if it were abandoned.
-        Err(crate::error::Error::InvalidSpec(
-            "chaos-break: skip-cleanup".into(),
-        ))
-    } else {
-        connect(wd, ctx, &ns, &temporal_ns).await
-    };
+    // (The chaos self-test's broken variant leaves Temporal as if abandoned.)
     let abandon = abandon || crate::chaos_break::is("skip-cleanup");
-    let client = match connected {
+    let client = match connect(wd, ctx, &ns, &temporal_ns).await {
         Ok(client) => Some(client),
         Err(e) if never_connected => {
             ctx.event(
@@ -290,6 +283,7 @@ async fn connect(
     ns: &str,
     temporal_ns: &str,
 ) -> Result<(TemporalConnection, PoolKey, ConnectionSpec)> {
+    crate::chaos_break::refuse("skip-cleanup")?;
     let resolved = connections::resolve(wd, &ctx.stores)?;
     let (conn, key) = connections::temporal_client(
         &ctx.client,
