@@ -17,11 +17,6 @@ use crate::{CALL_TIMEOUT, CLUSTER_CONNECTION, CONNECTION, OBSERVE_EVERY, Run, SC
 pub(crate) async fn observe(run: &Run<'_>) {
     while !run.done.load(Ordering::SeqCst) {
         let mut all_converged = true;
-        // Who polls, from Temporal itself (None: not known this round).
-        let workers = run.workers().await;
-        if workers.is_none() {
-            run.report().read_errors += 1;
-        }
         for name in &run.names {
             let Some(state) = run.describe(name).await else {
                 run.report().read_errors += 1;
@@ -29,14 +24,11 @@ pub(crate) async fn observe(run: &Run<'_>) {
                 continue;
             };
             for (build, why) in needs_workers(&state) {
-                if let Some(problem) = lacks_workers(run, name, &build, why, workers.as_ref()).await
-                {
-                    // Read again: the reads are not one snapshot.
+                if let Some(problem) = lacks_workers(run, name, &build, why).await {
+                    // Read again: the two reads are not one snapshot.
                     let again = run.describe(name).await;
-                    let workers = run.workers().await;
                     if again.is_some_and(|s| needs_workers(&s).contains(&(build.clone(), why)))
-                        && let Some(problem) =
-                            lacks_workers(run, name, &build, why, workers.as_ref()).await
+                        && let Some(problem) = lacks_workers(run, name, &build, why).await
                     {
                         let invariant = if why == "draining" { "I2" } else { "I1" };
                         run.report()
@@ -104,16 +96,8 @@ fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
 }
 
 /// What is wrong with the workers of `build`, if anything (None also when unreadable): its
-/// Deployment gone, being deleted or scaled to 0, or, routed to, no running worker of it in
-/// Temporal's worker list (`workers`; when the list shows no worker of the worker deployment at
-/// all, heartbeats may be off: then none of its pods ready).
-async fn lacks_workers(
-    run: &Run<'_>,
-    name: &str,
-    build: &str,
-    why: &str,
-    workers: Option<&Workers>,
-) -> Option<String> {
+/// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready.
+async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Option<String> {
     let deployment = build_id::deployment_name(name, build);
     let d = match run.deployments().get_opt(&deployment).await {
         Ok(d) => d,
@@ -138,42 +122,9 @@ async fn lacks_workers(
     if spec == Some(0) {
         return Some("its Deployment is scaled to 0".into());
     }
-    // A draining version's pods may be restarting; only routing needs polling ones.
-    if why == "draining" {
-        return None;
-    }
-    let deployment = build_id::temporal_deployment_name(&run.ns, name);
-    let listed = workers?;
-    // A worker's first heartbeat may come a full interval (60 s) after it started: the list
-    // speaks of a version only once its Deployment has been available longer than that.
-    let available_for = d
-        .status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|c| {
-            c.iter()
-                .find(|c| c.type_ == "Available" && c.status == "True")
-        })
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| {
-            let since = std::time::SystemTime::from(t.0);
-            std::time::SystemTime::now()
-                .duration_since(since)
-                .unwrap_or_default()
-        });
-    let settled = available_for.is_some_and(|a| a > Duration::from_secs(90));
-    if settled && listed.keys().any(|(d, _)| *d == deployment) {
-        let n = listed
-            .get(&(deployment, build.to_string()))
-            .copied()
-            .unwrap_or(0);
-        return (n == 0).then(|| "Temporal lists no running worker of it".into());
-    }
-    (ready == 0).then(|| "none of its pods is ready".into())
+    // A draining version's pods may be restarting; only routing needs ready ones.
+    (why != "draining" && ready == 0).then(|| "none of its pods is ready".into())
 }
-
-/// Running workers by (worker deployment, build ID), as Temporal lists them.
-pub(crate) type Workers = std::collections::BTreeMap<(String, String), usize>;
 
 pub(crate) fn pod_ready(pod: &Pod) -> bool {
     pod.status

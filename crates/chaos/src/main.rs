@@ -25,9 +25,7 @@
 //! the controller's `temporal::describe`) and the apiserver every 200 ms and checks; a read
 //! that fails is "not known", read again, never a pass:
 //!
-//! - I1: new work is never routed (Current or Ramping) to a version without workers: none
-//!   running in Temporal's own worker list (`ListWorkers`, fed by the workers' heartbeats;
-//!   where it shows no worker of the worker deployment at all, none of its pods ready);
+//! - I1: new work is never routed (Current or Ramping) to a version without ready workers;
 //! - I2: a Draining version (open pinned workflows) is never scaled to 0, deleted or being
 //!   deleted, and every pinned workflow started during the run completes, on the version it
 //!   was pinned to at its first workflow task;
@@ -255,12 +253,6 @@ impl Run<'_> {
 
     /// What Temporal says of `name`, read by the checker's own code; None when it cannot be
     /// read now (not known: never a pass, never "absent").
-    /// Temporal's running workers of the run's namespace (None: not read in time).
-    async fn workers(&self) -> Option<invariants::Workers> {
-        let read = temporal_view::running_workers(&self.temporal, &self.temporal_ns);
-        tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()
-    }
-
     async fn describe(&self, name: &str) -> Option<View> {
         let deployment = build_id::temporal_deployment_name(&self.ns, name);
         let read = temporal_view::read(&self.temporal, &self.temporal_ns, &deployment);
