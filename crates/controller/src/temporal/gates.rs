@@ -11,7 +11,9 @@ use temporalio_common::protos::temporal::api::enums::v1::{
     TaskQueueKind, TaskQueueType, VersionDrainageStatus, WorkerVersioningMode,
     WorkflowExecutionStatus as PbStatus, WorkflowIdConflictPolicy, WorkflowIdReusePolicy,
 };
-use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue as PbTaskQueue;
+use temporalio_common::protos::temporal::api::taskqueue::v1::{
+    PollerInfo, TaskQueue as PbTaskQueue,
+};
 use temporalio_common::protos::temporal::api::workflow::v1::VersioningOverride;
 use temporalio_common::protos::temporal::api::workflow::v1::versioning_override::{
     Override, PinnedOverride, PinnedOverrideBehavior,
@@ -291,8 +293,9 @@ impl WorkerDeploymentRef<'_> {
         }
     }
 
-    /// `DescribeTaskQueue`: whether a worker without versioning polls `queue`.
-    pub async fn has_unversioned_poller(&self, queue: &TaskQueueRef) -> Result<bool, Status> {
+    /// `DescribeTaskQueue`: the pollers the server saw lately on `queue` (for
+    /// `matching.PollerHistoryTTL`).
+    pub async fn pollers(&self, queue: &TaskQueueRef) -> Result<Vec<PollerInfo>, Status> {
         let mut svc = self.conn.workflow_service();
         let kind = if queue.workflow {
             TaskQueueType::Workflow
@@ -313,9 +316,14 @@ impl WorkerDeploymentRef<'_> {
             "DescribeTaskQueue",
             svc.describe_task_queue(tonic::Request::new(request)),
         )
-        .await?
-        .into_inner();
-        Ok(response.pollers.iter().any(|p| {
+        .await?;
+        Ok(response.into_inner().pollers)
+    }
+
+    /// `DescribeTaskQueue`: whether a worker without versioning polls `queue`.
+    pub async fn has_unversioned_poller(&self, queue: &TaskQueueRef) -> Result<bool, Status> {
+        let pollers = self.pollers(queue).await?;
+        Ok(pollers.iter().any(|p| {
             p.deployment_options.as_ref().is_none_or(|o| {
                 matches!(
                     WorkerVersioningMode::try_from(o.worker_versioning_mode),

@@ -7,12 +7,9 @@ use std::collections::{BTreeSet, HashMap};
 use std::time::{Duration, SystemTime};
 
 use temporalio_client::{Connection, tonic};
-use temporalio_common::protos::temporal::api::enums::v1::{
-    TaskQueueKind, TaskQueueType, WorkerStatus,
-};
-use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue as PbTaskQueue;
+use temporalio_common::protos::temporal::api::enums::v1::WorkerStatus;
 use temporalio_common::protos::temporal::api::workflowservice::v1::{
-    DescribeTaskQueueRequest, ListWorkersRequest, ListWorkersResponse,
+    ListWorkersRequest, ListWorkersResponse,
 };
 
 use super::reads::{Budget, Priority};
@@ -121,24 +118,11 @@ impl WorkerDeploymentRef<'_> {
     /// polled it lately (the server keeps pollers for `matching.PollerHistoryTTL`, 5 minutes
     /// by default).
     pub async fn polled_by(&self, queue: &str, build_id: &str) -> Result<bool, Status> {
-        let mut svc = self.conn.workflow_service();
-        let request = DescribeTaskQueueRequest {
-            namespace: self.namespace.to_string(),
-            task_queue: Some(PbTaskQueue {
-                name: queue.to_string(),
-                kind: TaskQueueKind::Normal as i32,
-                normal_name: String::new(),
-            }),
-            task_queue_type: TaskQueueType::Workflow as i32,
-            ..Default::default()
+        let queue = super::gates::TaskQueueRef {
+            name: queue.to_string(),
+            workflow: true,
         };
-        let response = rpc(
-            "DescribeTaskQueue",
-            svc.describe_task_queue(tonic::Request::new(request)),
-        )
-        .await?
-        .into_inner();
-        Ok(response.pollers.iter().any(|p| {
+        Ok(self.pollers(&queue).await?.iter().any(|p| {
             p.deployment_options
                 .as_ref()
                 .is_some_and(|o| o.build_id == build_id && o.deployment_name == self.name)

@@ -455,9 +455,13 @@ async fn pipeline(
     phases.mark("execute");
     // Once the target is current (this pass's promotion counted), whether its task queues
     // have active pollers: the status says so (TWC #448).
-    let after = status::effective(&observed, &applied, ctx.identity());
+    let target = plan.target_build_id.as_str();
+    let promoted = applied
+        .done
+        .iter()
+        .any(|d| matches!(d, execute::Done::Promoted { build } if build == target));
     if applied.error.is_none()
-        && after.temporal.current_build_id.as_deref() == Some(plan.target_build_id.as_str())
+        && (promoted || observed.temporal.current_build_id.as_deref() == Some(target))
     {
         let pollers = observe::pollers(wd, ctx, &temporal, &mut observed, &plan.target_build_id);
         observed.pollers = Some(pollers.await);

@@ -297,22 +297,7 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
 
     create_wrt(&s, "hpa", hpa_template()).await;
     wait_applied(&s, "hpa", &[&build]).await;
-    let name = twc_controller::plan::build_id::deployment_name(&s.name, &build);
-    let scale = |n: i32| {
-        let deployments = s.deployments();
-        let name = name.clone();
-        async move {
-            deployments
-                .patch_scale(
-                    &name,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": n}})),
-                )
-                .await
-                .unwrap_or_else(|e| panic!("scale {name}: {e}"));
-        }
-    };
-    scale(0).await;
+    s.scale(&build, 0).await;
     let message = wait_pollers(&s, "True", WAITING_FOR_POLLERS).await;
     assert!(
         message.contains(&build) && message.contains(&s.name),
@@ -323,7 +308,7 @@ pub async fn wrt_current_version_without_pollers_is_reported(w: &'static World) 
     // Still the rollout's outcome: complete.
     s.wait_condition(READY, "True", ROLLOUT_COMPLETE).await;
 
-    scale(1).await;
+    s.scale(&build, 1).await;
     wait_pollers(&s, "False", ACTIVE_POLLERS).await;
 }
 
