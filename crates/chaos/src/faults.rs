@@ -10,6 +10,8 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
 use twc_controller::plan::build_id;
+use twc_testenv::Signal;
+use twc_testenv::api_proxy::Faults;
 
 use crate::invariants::pod_ready;
 use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
@@ -27,6 +29,17 @@ pub(crate) enum Fault {
     RapidImageChanges,
     ScalerTakeover,
     SecretRotation,
+    /// The apiserver, as the controllers see it, answers some writes 409 Conflict (not done)
+    /// and some requests 500 after serving them (done, answer lost), for a few seconds.
+    ApiserverFaults,
+    /// The leader paused (SIGSTOP) until the standby took over, then woken (SIGCONT) after
+    /// its lease expired: two replicas that each believed they lead, one of them stale.
+    PausedLeader,
+    /// Injected by the driver: a WorkerDeployment deleted while its previous version drains a
+    /// pinned workflow, then created again.
+    DeleteWhileDraining,
+    /// The same, deleted while both controller replicas are down.
+    DeleteWhileControllerDown,
     /// Real node only: SIGKILL to a worker container whose version has another ready.
     WorkerContainerKill,
     /// Real node only.
@@ -35,7 +48,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 10] = [
+    pub(crate) const REAL_NODE: [Fault; 14] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -44,11 +57,32 @@ impl Fault {
         Fault::RapidImageChanges,
         Fault::ScalerTakeover,
         Fault::SecretRotation,
+        Fault::ApiserverFaults,
+        Fault::PausedLeader,
+        Fault::DeleteWhileDraining,
+        Fault::DeleteWhileControllerDown,
         Fault::WorkerContainerKill,
         Fault::KubeletRestart,
     ];
     /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(8).0;
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(12).0;
+    /// The faults the injector picks from (the driver injects the deletions itself).
+    fn injected(real_node: bool) -> Vec<Fault> {
+        let all: &[Fault] = if real_node {
+            &Fault::REAL_NODE
+        } else {
+            Fault::ALL
+        };
+        all.iter()
+            .copied()
+            .filter(|f| {
+                !matches!(
+                    f,
+                    Fault::DeleteWhileDraining | Fault::DeleteWhileControllerDown
+                )
+            })
+            .collect()
+    }
 
     pub(crate) fn name(self) -> &'static str {
         match self {
@@ -60,6 +94,10 @@ impl Fault {
             Fault::RapidImageChanges => "rapid image changes",
             Fault::ScalerTakeover => "scaler takes over replicas",
             Fault::SecretRotation => "client certificate Secret rotated",
+            Fault::ApiserverFaults => "apiserver answers 409 and 500",
+            Fault::PausedLeader => "leader paused past its lease",
+            Fault::DeleteWhileDraining => "deleted while a version drains",
+            Fault::DeleteWhileControllerDown => "deleted while controller down",
             Fault::WorkerContainerKill => "worker container SIGKILL",
             Fault::KubeletRestart => "kubelet restart",
         }
@@ -81,11 +119,7 @@ pub(crate) async fn inject(
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let fault = if run.env.node().is_some() {
-            rng.pick(&Fault::REAL_NODE)
-        } else {
-            rng.pick(Fault::ALL)
-        };
+        let fault = rng.pick(&Fault::injected(run.env.node().is_some()));
         let at = Instant::now();
         if let Err(e) = apply(run, controllers, &mut rng, fault).await {
             eprintln!("   fault {} could not be injected: {e:#}", fault.name());
@@ -122,6 +156,18 @@ async fn apply(
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
             restart_stopped(controllers)?;
+        }
+        Fault::PausedLeader => pause_leader(controllers, rng).await?,
+        Fault::ApiserverFaults => {
+            run.api_proxy.set_faults(Faults {
+                conflict_every: 3,
+                error_every: 5,
+            });
+            tokio::time::sleep(Duration::from_secs(rng.between(5, 15))).await;
+            run.api_proxy.set_faults(Faults::default());
+        }
+        Fault::DeleteWhileDraining | Fault::DeleteWhileControllerDown => {
+            bail!("injected by the driver")
         }
         Fault::ApiserverRestart => {
             run.env
@@ -249,7 +295,45 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn kill(controllers: &Mutex<[Replica; 2]>, i: usize) -> anyhow::Result<()> {
+/// SIGSTOPs the leader, waits until the standby leads (its lease expired), lets a few more
+/// seconds pass, then SIGCONTs it: the woken replica must notice it lost the lease before it
+/// writes anything.
+async fn pause_leader(controllers: &Mutex<[Replica; 2]>, rng: &mut Rng) -> anyhow::Result<()> {
+    let leader = leader_of(&addrs(controllers))
+        .await
+        .context("no leader to pause")?;
+    signal(controllers, leader, Signal::SIGSTOP)?;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut took_over = false;
+    while Instant::now() < deadline {
+        // Only the standby is asked: the paused one would not answer.
+        let standby = addrs(controllers)
+            .get(1 - leader)
+            .cloned()
+            .unwrap_or_default();
+        if leader_of(std::slice::from_ref(&standby)).await.is_some() {
+            took_over = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(rng.between(500, 4000))).await;
+    signal(controllers, leader, Signal::SIGCONT)?;
+    if !took_over {
+        bail!("the standby did not take over from the paused leader within 30 s");
+    }
+    Ok(())
+}
+
+fn signal(controllers: &Mutex<[Replica; 2]>, i: usize, signal: Signal) -> anyhow::Result<()> {
+    let c = controllers
+        .lock()
+        .map_err(|_| anyhow::anyhow!("controllers lock poisoned"))?;
+    c[i].process.signal(signal);
+    Ok(())
+}
+
+pub(crate) fn kill(controllers: &Mutex<[Replica; 2]>, i: usize) -> anyhow::Result<()> {
     let mut c = controllers
         .lock()
         .map_err(|_| anyhow::anyhow!("controllers lock poisoned"))?;

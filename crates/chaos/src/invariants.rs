@@ -83,7 +83,7 @@ pub(crate) async fn observe(run: &Run<'_>) {
 }
 
 /// The versions that must have workers: routed to (I1), or Draining (I2).
-fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
+pub(crate) fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
     let mut out = Vec::new();
     out.extend(state.current.clone().map(|b| (b, "current")));
     out.extend(state.ramping.clone().map(|b| (b, "ramping")));

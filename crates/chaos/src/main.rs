@@ -19,11 +19,19 @@
 //!   current version scaled to 2 as an HPA would;
 //! - the client certificate Secret rotated (a new key pair from the same CA, the old one still
 //!   valid, as cert-manager renews): every connection is mutual TLS through a TLS proxy in
-//!   front of the dev server, so the controller must dial again with the new Secret.
+//!   front of the dev server, so the controller must dial again with the new Secret;
+//! - the apiserver answering 409 and 500: the replicas reach it through a proxy that, for a
+//!   few seconds, refuses some writes with 409 Conflict and loses the answer of some served
+//!   requests with a 500 (`twc_testenv::api_proxy`);
+//! - the leader paused (SIGSTOP) until the standby leads, then woken past its lease;
+//! - by the driver, one round in three: a WorkerDeployment deleted while its previous version
+//!   drains a pinned workflow (every other time with both replicas down), then created again
+//!   (`deletions.rs`).
 //!
 //! An observer reads Temporal (with the checker's own calls and reading of the answers, never
 //! the controller's `temporal::describe`) and the apiserver every 200 ms and checks; a read
-//! that fails is "not known", read again, never a pass:
+//! that fails is "not known", read again, never a pass. A watch on the Deployments sees every
+//! change between two looks, so a scale to 0 and back is judged too (`watch.rs`):
 //!
 //! - I1: new work is never routed (Current or Ramping) to a version without ready workers;
 //! - I2: a Draining version (open pinned workflows) is never scaled to 0, deleted or being
@@ -46,6 +54,7 @@
 //! The seed is printed; the same seed replays the same choices (the timing of the servers is
 //! not seeded). Exits non-zero on any violation.
 
+mod deletions;
 mod faults;
 mod invariants;
 mod replicas;
@@ -53,6 +62,7 @@ mod report;
 mod rollouts;
 mod setup;
 mod temporal_view;
+mod watch;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -68,6 +78,7 @@ use kube::api::Api;
 use temporalio_client::Connection as TemporalConnection;
 use twc_api::WorkerDeployment;
 use twc_controller::plan::build_id;
+use twc_testenv::api_proxy::ApiProxy;
 use twc_testenv::control_plane::ControlPlane;
 use twc_testenv::node::{self, Node, NodeEnv};
 use twc_testenv::pki::{Ca, Usage};
@@ -81,6 +92,7 @@ use report::print_report;
 use rollouts::{drive, wait_converged};
 use setup::{setup, tag_images};
 use temporal_view::View;
+use watch::watch_deployments;
 
 const IMAGE: &str = "example.com/chaos-worker";
 /// The example worker's image as `hack/image.sh` names it; on a real node, [`IMAGE`]'s tags
@@ -165,10 +177,17 @@ impl Rng {
 #[derive(Default)]
 struct Report {
     violations: BTreeMap<&'static str, Vec<String>>,
+    /// When each violation was seen, to tell which fault it followed.
+    violated_at: Vec<(&'static str, Instant)>,
+    /// When the driver was done and the faults stopped.
+    faults_ended: Option<Instant>,
     /// Each fault, when it was injected, and how long until everything converged after it.
     faults: Vec<(Fault, Instant, Option<Duration>)>,
     rollouts: usize,
     observations: u64,
+    /// Changes of Deployments the watch saw, and its errors (an apiserver restarting).
+    watched: u64,
+    watch_errors: u64,
     /// Reads that failed (a server restarting): skipped, not judged.
     read_errors: u64,
     /// Rollouts that did not converge within the bound while faults went on.
@@ -183,6 +202,7 @@ struct Report {
 impl Report {
     fn violate(&mut self, invariant: &'static str, what: String) {
         eprintln!("!! {invariant}: {what}");
+        self.violated_at.push((invariant, Instant::now()));
         self.violations.entry(invariant).or_default().push(what);
     }
 }
@@ -220,6 +240,8 @@ impl Env {
 /// Everything the tasks share.
 struct Run<'a> {
     env: &'a Env,
+    /// The fault-injecting proxy the controller replicas reach the apiserver through.
+    api_proxy: &'a ApiProxy,
     /// Replicas of each WorkerDeployment.
     replicas: i32,
     /// The CA the TLS proxy trusts for client certificates.
@@ -298,7 +320,14 @@ async fn main() -> anyhow::Result<()> {
     let cp = env.control_plane();
     let client = cp.client().await?;
     twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
-    let controllers = Mutex::new([start_replica(cp, &dir, 0)?, start_replica(cp, &dir, 1)?]);
+    // The replicas reach the apiserver through a proxy that answers 409 and 500 on demand.
+    let api_proxy = ApiProxy::start(&cp.server_url, &cp.ca_pem).await?;
+    let kubeconfig = dir.join("controllers.kubeconfig");
+    cp.write_kubeconfig_via(&api_proxy.url, &kubeconfig)?;
+    let controllers = Mutex::new([
+        start_replica(&kubeconfig, &dir, 0)?,
+        start_replica(&kubeconfig, &dir, 1)?,
+    ]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
     let ca = Ca::new("chaos-ca")?;
@@ -337,6 +366,7 @@ async fn main() -> anyhow::Result<()> {
     let run = Run {
         temporal: env.temporal().connect().await?,
         env: &env,
+        api_proxy: &api_proxy,
         replicas: if cli.real_node { 2 } else { 1 },
         ca,
         tls_address,
@@ -361,12 +391,14 @@ async fn main() -> anyhow::Result<()> {
     let fault_seed = rng.next();
     let (driven, ..) = tokio::join!(
         async {
-            let result = drive(&run, &mut rng, rounds).await;
+            let result = drive(&run, &controllers, &mut rng, rounds).await;
             run.done.store(true, Ordering::SeqCst);
+            run.report().faults_ended = Some(Instant::now());
             result
         },
         inject(&run, &controllers, Rng(fault_seed), cli.fault_every_seconds),
         observe(&run),
+        watch_deployments(&run),
     );
     driven?;
     let rolled = started.elapsed();

@@ -5,7 +5,6 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use twc_testenv::control_plane::ControlPlane;
 use twc_testenv::controller::Controller;
 
 use crate::IDENTITY;
@@ -13,7 +12,8 @@ use crate::IDENTITY;
 /// One controller replica: the `twc` binary with leader election, on short lease timings.
 pub(crate) type Replica = Controller;
 
-pub(crate) fn start_replica(env: &ControlPlane, dir: &Path, i: usize) -> anyhow::Result<Replica> {
+/// Replica `i`, reaching the apiserver through `kubeconfig` (the fault-injecting proxy's).
+pub(crate) fn start_replica(kubeconfig: &Path, dir: &Path, i: usize) -> anyhow::Result<Replica> {
     let lease = [
         "--leader-election-lease-seconds",
         "6",
@@ -22,8 +22,8 @@ pub(crate) fn start_replica(env: &ControlPlane, dir: &Path, i: usize) -> anyhow:
         "--leader-election-retry-seconds",
         "1",
     ];
-    Ok(Controller::start_named(
-        env,
+    Ok(Controller::start_named_via(
+        kubeconfig,
         dir,
         &format!("controller-{i}"),
         IDENTITY,

@@ -1,5 +1,6 @@
 //! The report printed at the end of the run.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use crate::faults::Fault;
@@ -37,18 +38,27 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         OBSERVE_EVERY.as_millis(),
         report.read_errors
     );
+    let (requests, conflicts, errors) = run.api_proxy.counts();
     println!(
-        "faults, and time from each fault until every WorkerDeployment was at its spec's target:"
+        "apiserver proxy: {requests} requests of the controllers, {conflicts} answered 409 without being served, {errors} answered 500 after being served"
     );
     println!(
-        "  {:<34} {:>5} {:>8} {:>8}",
-        "kind", "count", "p50 s", "p99 s"
+        "watch: {} changes of Deployments seen ({} watch errors while the apiserver restarted)",
+        report.watched, report.watch_errors
+    );
+    println!(
+        "faults, the time from each until every WorkerDeployment was at its spec's target, and the violations seen after each (until the next):"
+    );
+    println!(
+        "  {:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4}",
+        "kind", "count", "p50 s", "p99 s", "I1", "I2", "I3", "I4"
     );
     let kinds: &[Fault] = if run.env.node().is_some() {
         &Fault::REAL_NODE
     } else {
         Fault::ALL
     };
+    let rows = table(report);
     for &kind in kinds {
         let mut times: Vec<Duration> = report
             .faults
@@ -58,12 +68,27 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
             .collect();
         let count = report.faults.iter().filter(|(k, _, _)| *k == kind).count();
         times.sort();
+        let v = rows.get(&Some(kind)).copied().unwrap_or_default();
         println!(
-            "  {:<34} {:>5} {:>8.1} {:>8.1}",
+            "  {:<34} {:>5} {:>8.1} {:>8.1} {:>4} {:>4} {:>4} {:>4}",
             kind.name(),
             count,
             percentile(&times, 0.5).as_secs_f64(),
-            percentile(&times, 0.99).as_secs_f64()
+            percentile(&times, 0.99).as_secs_f64(),
+            v[0],
+            v[1],
+            v[2],
+            v[3]
+        );
+    }
+    let before = rows.get(&None).copied().unwrap_or_default();
+    for (label, v) in [
+        ("(before any fault)", before),
+        ("(after the faults stopped)", after_faults(report)),
+    ] {
+        println!(
+            "  {label:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4}",
+            "", "", "", v[0], v[1], v[2], v[3]
         );
     }
     for invariant in ["I1", "I2", "I3", "I4"] {
@@ -79,4 +104,44 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
             println!("    {what}");
         }
     }
+}
+
+fn column(invariant: &str) -> Option<usize> {
+    ["I1", "I2", "I3", "I4"]
+        .iter()
+        .position(|i| *i == invariant)
+}
+
+/// Violations seen while the faults went on, by the fault injected last before each (None:
+/// before the first fault).
+fn table(report: &Report) -> BTreeMap<Option<Fault>, [usize; 4]> {
+    let mut rows: BTreeMap<Option<Fault>, [usize; 4]> = BTreeMap::new();
+    for (invariant, at) in &report.violated_at {
+        if report.faults_ended.is_some_and(|end| *at >= end) {
+            continue;
+        }
+        let last = report
+            .faults
+            .iter()
+            .filter(|(_, injected, _)| injected <= at)
+            .max_by_key(|(_, injected, _)| *injected)
+            .map(|(kind, _, _)| *kind);
+        if let Some(c) = column(invariant) {
+            rows.entry(last).or_default()[c] += 1;
+        }
+    }
+    rows
+}
+
+/// Violations seen once the faults stopped (convergence, pinned workflows, deletion).
+fn after_faults(report: &Report) -> [usize; 4] {
+    let mut row = [0; 4];
+    for (invariant, at) in &report.violated_at {
+        if report.faults_ended.is_some_and(|end| *at >= end)
+            && let Some(c) = column(invariant)
+        {
+            row[c] += 1;
+        }
+    }
+    row
 }

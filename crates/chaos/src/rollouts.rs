@@ -1,5 +1,6 @@
 //! The rounds of rollouts, and what converged means.
 
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
@@ -8,6 +9,8 @@ use serde_json::json;
 use twc_controller::plan::build_id;
 use twc_controller::plan::target_build_id;
 
+use crate::deletions::delete_and_recreate;
+use crate::replicas::Replica;
 use crate::temporal_view::View;
 
 use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
@@ -53,45 +56,30 @@ pub(crate) async fn wait_converged(
 
 /// The rounds: a pinned workflow and a new image for every WorkerDeployment, then waits for
 /// each to converge (I4).
-pub(crate) async fn drive(run: &Run<'_>, rng: &mut Rng, rounds: usize) -> anyhow::Result<()> {
+pub(crate) async fn drive(
+    run: &Run<'_>,
+    controllers: &Mutex<[Replica; 2]>,
+    rng: &mut Rng,
+    rounds: usize,
+) -> anyhow::Result<()> {
     for round in 1..=rounds {
-        for name in &run.names {
+        // One round in three, one WorkerDeployment is deleted mid-rollout and created again
+        // (not in the self-test, whose broken variants may never drain).
+        let deleted = (!run.self_test && rng.between(0, 2) == 0)
+            .then(|| rng.between(0, run.names.len() as u64 - 1) as usize);
+        if let Some(i) = deleted {
+            delete_and_recreate(run, controllers, rng, i, round).await?;
+        }
+        for (i, name) in run.names.iter().enumerate() {
+            if deleted == Some(i) {
+                continue;
+            }
             let id = format!("pinned-{name}-r{round}");
             // The self-test's pinned workflows outlast a rollout, so that the old version is
             // still Draining when it is promoted away from.
             let seconds = rng.between(2, 12) + if run.self_test { 30 } else { 0 };
             let seconds = seconds.to_string();
-            let mut started = false;
-            for _ in 0..20 {
-                let start = twc_testenv::temporal::start_workflow(
-                    &run.temporal,
-                    &run.temporal_ns,
-                    name,
-                    "Sleep",
-                    &id,
-                    Some(&seconds),
-                );
-                if matches!(tokio::time::timeout(CALL_TIMEOUT, start).await, Ok(Ok(()))) {
-                    started = true;
-                    break;
-                }
-                tokio::time::sleep(Duration::from_secs(1)).await;
-            }
-            if started {
-                // Its own version: where its first workflow task completes, before the image
-                // changes (a few seconds at most; not seen in time, only completion is judged).
-                let mut pinned = None;
-                for _ in 0..20 {
-                    let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, &id);
-                    if let Ok(Ok((_, Some(build)))) = tokio::time::timeout(CALL_TIMEOUT, read).await
-                    {
-                        pinned = Some(build);
-                        break;
-                    }
-                    tokio::time::sleep(Duration::from_millis(250)).await;
-                }
-                run.report().pinned.push((id, pinned));
-            }
+            pin(run, name, &id, &seconds).await;
             set_image(run, name, &format!("{IMAGE}:r{round}")).await;
         }
         for name in &run.names {
@@ -111,6 +99,41 @@ pub(crate) async fn drive(run: &Run<'_>, rng: &mut Rng, rounds: usize) -> anyhow
         println!("   round {round}/{rounds}: {rollouts} rollouts done, {faults} faults so far");
     }
     Ok(())
+}
+
+/// Starts pinned workflow `id` on `name`'s current version, sleeping `seconds`, and records
+/// the version its first workflow task completed on (I2 checks it completes there).
+pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
+    let mut started = false;
+    for _ in 0..20 {
+        let start = twc_testenv::temporal::start_workflow(
+            &run.temporal,
+            &run.temporal_ns,
+            name,
+            "Sleep",
+            id,
+            Some(seconds),
+        );
+        if matches!(tokio::time::timeout(CALL_TIMEOUT, start).await, Ok(Ok(()))) {
+            started = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if started {
+        // Its own version: where its first workflow task completes, before the image
+        // changes (a few seconds at most; not seen in time, only completion is judged).
+        let mut pinned = None;
+        for _ in 0..20 {
+            let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, id);
+            if let Ok(Ok((_, Some(build)))) = tokio::time::timeout(CALL_TIMEOUT, read).await {
+                pinned = Some(build);
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        run.report().pinned.push((id.to_string(), pinned));
+    }
 }
 
 /// Sets the image of `name`, retrying while the apiserver restarts.

@@ -49,30 +49,44 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Api::<Connection>::namespaced(run.client.clone(), &run.ns)
         .create(&PostParams::default(), &c)
         .await?;
-    for (i, name) in run.names.iter().enumerate() {
-        let rollout = if i.is_multiple_of(2) {
-            json!({"strategy": "AllAtOnce"})
-        } else {
-            json!({"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]})
-        };
-        let wd: WorkerDeployment = serde_json::from_value(json!({
-            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
-            "metadata": {"name": name},
-            "spec": {
-                "replicas": run.replicas,
-                "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
-                "rollout": rollout,
-                "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
-                "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                    "containers": [{"name": "worker", "image": format!("{IMAGE}:r0")}]}}
-            }
-        }))?;
-        run.wds().create(&PostParams::default(), &wd).await?;
+    for i in 0..run.names.len() {
+        run.wds()
+            .create(
+                &PostParams::default(),
+                &worker_deployment(run, i, &format!("{IMAGE}:r0"))?,
+            )
+            .await?;
     }
     for name in &run.names {
         wait_converged(run, name, run.converge).await?;
     }
     Ok(())
+}
+
+/// WorkerDeployment `i` of the run at `image`: the even ones AllAtOnce on the
+/// ClusterConnection, the odd ones Progressive on the Connection.
+pub(crate) fn worker_deployment(
+    run: &Run<'_>,
+    i: usize,
+    image: &str,
+) -> anyhow::Result<WorkerDeployment> {
+    let rollout = if i.is_multiple_of(2) {
+        json!({"strategy": "AllAtOnce"})
+    } else {
+        json!({"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]})
+    };
+    Ok(serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": run.names[i]},
+        "spec": {
+            "replicas": run.replicas,
+            "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
+            "rollout": rollout,
+            "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
+            "template": {"spec": {"terminationGracePeriodSeconds": 2,
+                "containers": [{"name": "worker", "image": image}]}}
+        }
+    }))?)
 }
 
 /// The client certificate Secret: a fresh key pair from the run's CA, valid for a day.

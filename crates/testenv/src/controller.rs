@@ -15,6 +15,17 @@ pub struct Controller {
     pub addr: String,
 }
 
+/// Polling Temporal fast (1 s moving, 10 s steady; the test servers refresh drainage every
+/// second) so tests go quickly.
+const FAST: [&str; 6] = [
+    "--fast-poll-seconds",
+    "1",
+    "--steady-poll-seconds",
+    "10",
+    "--drainage-poll-seconds",
+    "1",
+];
+
 impl Controller {
     /// Starts `twc run` against `env` as `identity`, logging to `dir/controller.log`.
     pub fn start(env: &ControlPlane, dir: &Path, identity: &str) -> Result<Self, Error> {
@@ -30,17 +41,24 @@ impl Controller {
         identity: &str,
         extra: &[&str],
     ) -> Result<Self, Error> {
-        // The test servers refresh drainage every second.
-        let mut args = vec![
-            "--fast-poll-seconds",
-            "1",
-            "--steady-poll-seconds",
-            "10",
-            "--drainage-poll-seconds",
-            "1",
-        ];
+        let mut args = FAST.to_vec();
         args.extend_from_slice(extra);
         Self::start_with_args(env, dir, name, identity, &args)
+    }
+
+    /// [`Controller::start_named`], reaching the apiserver through `kubeconfig` (a proxy's,
+    /// from
+    /// [`crate::control_plane::ControlPlane::write_kubeconfig_via`]).
+    pub fn start_named_via(
+        kubeconfig: &Path,
+        dir: &Path,
+        name: &str,
+        identity: &str,
+        extra: &[&str],
+    ) -> Result<Self, Error> {
+        let mut args = FAST.to_vec();
+        args.extend_from_slice(extra);
+        Self::start_process(kubeconfig, dir, name, identity, &args)
     }
 
     /// Process `name` (log `dir/<name>.log`) with leader election, its endpoints on a free
@@ -48,6 +66,16 @@ impl Controller {
     /// default (poll intervals included), for benchmarks.
     pub fn start_with_args<S: AsRef<str>>(
         env: &ControlPlane,
+        dir: &Path,
+        name: &str,
+        identity: &str,
+        args: &[S],
+    ) -> Result<Self, Error> {
+        Self::start_process(&env.kubeconfig_path, dir, name, identity, args)
+    }
+
+    fn start_process<S: AsRef<str>>(
+        kubeconfig: &Path,
         dir: &Path,
         name: &str,
         identity: &str,
@@ -73,10 +101,8 @@ impl Controller {
                 &addr,
             ])
             .args(args.iter().map(|a| a.as_ref()));
-        spec.env.push((
-            "KUBECONFIG".into(),
-            env.kubeconfig_path.display().to_string(),
-        ));
+        spec.env
+            .push(("KUBECONFIG".into(), kubeconfig.display().to_string()));
         // The allocator's settings, as the controller's image sets them (Dockerfile): glibc's
         // `MALLOC_*` variables and its tunables.
         for (key, value) in std::env::vars() {

@@ -16,6 +16,7 @@
 //!
 //! Binaries come from `hack/provision.sh` (versions in `hack/versions.env`).
 
+pub mod api_proxy;
 pub mod control_plane;
 pub mod controller;
 pub mod crds;
@@ -28,6 +29,9 @@ pub mod process;
 pub mod temporal;
 pub mod tls_proxy;
 pub mod wait;
+
+/// The signals [`process::ChildProcess::signal`] sends.
+pub use nix::sys::signal::Signal;
 
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;

@@ -1,0 +1,154 @@
+//! The deletion faults, injected by the driver between its own steps: a WorkerDeployment
+//! deleted while its previous version drains a pinned workflow (and, every other time, while
+//! both controller replicas are down), then created again under the same name.
+//!
+//! What is judged: the observer and the watch keep checking that the Draining version keeps
+//! its workers while the WorkerDeployment is being deleted (I2); its pinned workflow completes
+//! on its own version (I2, at the end); the WorkerDeployment goes away and Temporal keeps no
+//! worker deployment of it (I3, right away); the same name created again rolls out (I4).
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use anyhow::bail;
+use kube::api::{DeleteParams, PostParams};
+
+use crate::faults::{Fault, kill};
+use crate::replicas::{Replica, restart_stopped};
+use crate::rollouts::{pin, set_image};
+use crate::setup::worker_deployment;
+use crate::temporal_view::Status;
+use crate::{IMAGE, Rng, Run};
+
+/// Deletes WorkerDeployment `i` mid-rollout and creates it again at round `round`'s image.
+/// When the old version is never seen Draining, nothing is deleted (a plain rollout). An
+/// error means the WorkerDeployment could not be deleted or created again.
+pub(crate) async fn delete_and_recreate(
+    run: &Run<'_>,
+    controllers: &Mutex<[Replica; 2]>,
+    rng: &mut Rng,
+    i: usize,
+    round: usize,
+) -> anyhow::Result<()> {
+    let name = &run.names[i];
+    let down = rng.between(0, 1) == 1;
+    let fault = if down {
+        Fault::DeleteWhileControllerDown
+    } else {
+        Fault::DeleteWhileDraining
+    };
+    let mut state = None;
+    for _ in 0..20 {
+        state = run.describe(name).await;
+        if state.is_some() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let Some(old) = state.and_then(|s| s.current) else {
+        println!("   {name} has no current version now: rolled out without a deletion");
+        set_image(run, name, &format!("{IMAGE}:r{round}")).await;
+        return Ok(());
+    };
+    // Long enough to outlast the rollout and the deletion's first passes.
+    let seconds = rng.between(20, 30).to_string();
+    pin(
+        run,
+        name,
+        &format!("pinned-{name}-r{round}-deleted"),
+        &seconds,
+    )
+    .await;
+    let image = format!("{IMAGE}:r{round}");
+    set_image(run, name, &image).await;
+    let deadline = Instant::now() + run.converge;
+    loop {
+        let state = run.describe(name).await;
+        if state.is_some_and(|s| s.versions.get(&old) == Some(&Status::Draining)) {
+            break;
+        }
+        if Instant::now() > deadline {
+            println!("   {old} of {name} was never seen Draining: not deleted");
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    if down {
+        kill(controllers, 0)?;
+        kill(controllers, 1)?;
+    }
+    let at = Instant::now();
+    // A scaler's replicas belonged to the deleted object.
+    run.report().scaled.retain(|(n, _)| n != name);
+    let mut deleted = false;
+    for _ in 0..60 {
+        if run
+            .wds()
+            .delete(name, &DeleteParams::default())
+            .await
+            .is_ok()
+        {
+            deleted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    if !deleted {
+        restart_stopped(controllers)?;
+        bail!("could not delete {name} for a minute");
+    }
+    println!("   fault: {} ({name}, {old} draining)", fault.name());
+    run.report().faults.push((fault, at, None));
+    if down {
+        tokio::time::sleep(Duration::from_millis(rng.between(2000, 6000))).await;
+        restart_stopped(controllers)?;
+    }
+    // Gone once the pinned workflow is done and the versions are cleaned up; faults go on.
+    let deadline = Instant::now() + run.converge + Duration::from_secs(60);
+    while !matches!(run.wds().get_opt(name).await, Ok(None)) {
+        if Instant::now() > deadline {
+            run.report().violate(
+                "I3",
+                format!(
+                    "{name}, deleted while {old} drained, is not gone after {:?}",
+                    run.converge + Duration::from_secs(60)
+                ),
+            );
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    // The finalizer went: Temporal must not keep its worker deployment (read until known).
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match run.describe(name).await {
+            Some(state) if state.exists => {
+                run.report().violate(
+                    "I3",
+                    format!(
+                        "{name} is deleted but Temporal keeps its worker deployment ({} versions)",
+                        state.versions.len()
+                    ),
+                );
+                break;
+            }
+            Some(_) => break,
+            None if Instant::now() > deadline => {
+                run.report().violate(
+                    "I3",
+                    format!("Temporal could not be read for a minute to check {name} is gone"),
+                );
+                break;
+            }
+            None => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
+    let wd = worker_deployment(run, i, &image)?;
+    for _ in 0..60 {
+        if run.wds().create(&PostParams::default(), &wd).await.is_ok() {
+            return Ok(());
+        }
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+    bail!("could not create {name} again for a minute")
+}
