@@ -424,3 +424,88 @@ async fn temporal_dev_server_answers_worker_deployment_rpcs() -> TestResult {
     assert_ne!(namespace, other);
     Ok(())
 }
+
+/// The fault-injecting proxy the chaos run puts in front of the apiserver: at rest it passes
+/// everything (a watch included); a 409 is a write refused (nothing stored), a 500 a write
+/// served whose answer was lost (stored).
+#[tokio::test]
+async fn apiserver_proxy_injects_conflicts_and_lost_answers() -> TestResult {
+    use futures::StreamExt as _;
+    use twc_testenv::api_proxy::{ApiProxy, Faults};
+    let (env, admin) = env().await?;
+    let cp = &env.control_plane;
+    let proxy = ApiProxy::start(&cp.server_url, &cp.ca_pem).await?;
+    let kubeconfig = tempfile::NamedTempFile::new()?;
+    cp.write_kubeconfig_via(&proxy.url, kubeconfig.path())?;
+    let config: kube::config::Kubeconfig =
+        serde_json::from_str(&std::fs::read_to_string(kubeconfig.path())?)?;
+    let config =
+        kube::Config::from_custom_kubeconfig(config, &kube::config::KubeConfigOptions::default())
+            .await?;
+    let client = Client::try_from(config)?;
+    let ns = env.namespace("proxy").await?;
+    let via: Api<ConfigMap> = Api::namespaced(client, &ns);
+    let direct: Api<ConfigMap> = Api::namespaced(admin, &ns);
+    let cm = |name: &str| -> ConfigMap { from_json(json!({"metadata": {"name": name}})) };
+
+    // At rest: a write and a watch pass through.
+    let mut watch = std::pin::pin!(kube::runtime::watcher(
+        via.clone(),
+        kube::runtime::watcher::Config::default()
+    ));
+    via.create(&PostParams::default(), &cm("through")).await?;
+    let seen = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(event) = watch.next().await {
+            if let Ok(
+                kube::runtime::watcher::Event::Apply(c)
+                | kube::runtime::watcher::Event::InitApply(c),
+            ) = event
+                && c.metadata.name.as_deref() == Some("through")
+            {
+                return true;
+            }
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        seen,
+        Ok(true),
+        "the watch through the proxy saw the ConfigMap"
+    );
+
+    proxy.set_faults(Faults {
+        conflict_every: 1,
+        error_every: 0,
+    });
+    let refused = via.create(&PostParams::default(), &cm("refused")).await;
+    assert!(
+        matches!(&refused, Err(kube::Error::Api(s)) if s.code == 409),
+        "a 409: {refused:?}"
+    );
+    assert!(
+        direct.get_opt("refused").await?.is_none(),
+        "a 409 stores nothing"
+    );
+
+    proxy.set_faults(Faults {
+        conflict_every: 0,
+        error_every: 1,
+    });
+    let lost = via.create(&PostParams::default(), &cm("lost")).await;
+    assert!(
+        matches!(&lost, Err(kube::Error::Api(s)) if s.code == 500),
+        "a 500: {lost:?}"
+    );
+    assert!(
+        direct.get_opt("lost").await?.is_some(),
+        "a 500 here was served"
+    );
+
+    proxy.set_faults(Faults::default());
+    via.create(&PostParams::default(), &cm("after")).await?;
+    let (requests, conflicts, errors) = proxy.counts();
+    assert!(requests >= 4, "{requests} requests");
+    assert_eq!((conflicts, errors), (1, 1));
+    Ok(())
+}
