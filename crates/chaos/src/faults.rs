@@ -265,6 +265,7 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
         }))?;
         wrts.create(&PostParams::default(), &wrt).await?;
     }
+    run.report().autoscaled.insert(name.to_string());
     let state = run.describe(name).await.context("Temporal unreadable")?;
     let build = state.current.context("no current version")?;
     // The controller has seen the template once it applied it for this build.

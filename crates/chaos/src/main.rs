@@ -197,6 +197,9 @@ struct Report {
     pinned: Vec<(String, Option<String>)>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
     scaled: Vec<(String, String)>,
+    /// WorkerDeployments a scaler's WorkerResourceTemplate was created for: the scaler owns
+    /// their replicas from then on (the controller leaves a new version's unset).
+    autoscaled: std::collections::BTreeSet<String>,
 }
 
 impl Report {

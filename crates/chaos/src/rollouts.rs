@@ -17,7 +17,8 @@ use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
 
 /// Whether `name` is at its spec's target, judged from the spec and what the servers say,
 /// never from the controller's status: the build ID of the spec's template is current in
-/// Temporal, nothing ramps, and its Deployment has every replica ready.
+/// Temporal, nothing ramps, and its Deployment has every replica ready (the spec's, or the
+/// scaler's once one took over).
 pub(crate) async fn converged(run: &Run<'_>, name: &str) -> Option<bool> {
     let state = run.describe(name).await?;
     converged_with(run, name, &state).await
@@ -33,8 +34,19 @@ pub(crate) async fn converged_with(run: &Run<'_>, name: &str, state: &View) -> O
     }
     let deployment = build_id::deployment_name(name, &want);
     let d = run.deployments().get_opt(&deployment).await.ok()??;
-    let ready = d.status.and_then(|s| s.ready_replicas).unwrap_or(0);
-    Some(d.metadata.deletion_timestamp.is_none() && ready >= run.replicas)
+    let ready = d
+        .status
+        .as_ref()
+        .and_then(|s| s.ready_replicas)
+        .unwrap_or(0);
+    // A scaler owns the replicas of a WorkerDeployment it took over (a new version starts
+    // with the Deployment's default, 1, until the scaler acts; no HPA controller runs here).
+    let wanted = if run.report().autoscaled.contains(name) {
+        d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(1)
+    } else {
+        run.replicas
+    };
+    Some(d.metadata.deletion_timestamp.is_none() && ready >= wanted)
 }
 
 pub(crate) async fn wait_converged(
