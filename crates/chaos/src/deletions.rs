@@ -1,5 +1,5 @@
 //! The deletion faults, injected by the driver between its own steps: a WorkerDeployment
-//! deleted while its previous version drains a pinned workflow (and, every other time, while
+//! deleted while its previous version drains a pinned workflow of 60-75 s (and, every other time, while
 //! both controller replicas are down), then created again under the same name.
 //!
 //! What is judged: the observer and the watch keep checking that the Draining version keeps
@@ -50,8 +50,9 @@ pub(crate) async fn delete_and_recreate(
         set_image(run, name, &format!("{IMAGE}:r{round}")).await;
         return Ok(());
     };
-    // Long enough to outlast the rollout and the deletion's first passes.
-    let seconds = rng.between(20, 30).to_string();
+    // Long enough to outlast the rollout (a Progressive one pauses 30 s at 50 %) and the
+    // deletion's first passes.
+    let seconds = rng.between(60, 75).to_string();
     pin(
         run,
         name,
@@ -64,8 +65,13 @@ pub(crate) async fn delete_and_recreate(
     let deadline = Instant::now() + run.converge;
     loop {
         let state = run.describe(name).await;
-        if state.is_some_and(|s| s.versions.get(&old) == Some(&Status::Draining)) {
+        let status = state.and_then(|s| s.versions.get(&old).copied());
+        if status == Some(Status::Draining) {
             break;
+        }
+        if matches!(status, Some(Status::Drained | Status::Inactive)) {
+            println!("   {old} of {name} drained before it was deleted: not deleted");
+            return Ok(());
         }
         if Instant::now() > deadline {
             println!("   {old} of {name} was never seen Draining: not deleted");
