@@ -53,15 +53,13 @@ pub(crate) async fn delete_and_recreate(
     // Long enough to outlast the rollout (a Progressive one pauses 30 s at 50 %) and the
     // deletion's first passes.
     let seconds = rng.between(60, 75).to_string();
-    pin(
-        run,
-        name,
-        &format!("pinned-{name}-r{round}-deleted"),
-        &seconds,
-    )
-    .await;
     let image = format!("{IMAGE}:r{round}");
-    set_image(run, name, &image).await;
+    {
+        let _moving = run.spec_lock.lock().await;
+        let id = format!("pinned-{name}-r{round}-deleted");
+        pin(run, name, &id, &seconds).await;
+        set_image(run, name, &image).await;
+    }
     let deadline = Instant::now() + run.converge;
     loop {
         let state = run.describe(name).await;
@@ -124,30 +122,12 @@ pub(crate) async fn delete_and_recreate(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    // The finalizer went: Temporal must not keep its worker deployment (read until known).
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        match run.describe(name).await {
-            Some(state) if state.exists => {
-                run.report().violate(
-                    "I3",
-                    format!(
-                        "{name} is deleted but Temporal keeps its worker deployment ({} versions)",
-                        state.versions.len()
-                    ),
-                );
-                break;
-            }
-            Some(_) => break,
-            None if Instant::now() > deadline => {
-                run.report().violate(
-                    "I3",
-                    format!("Temporal could not be read for a minute to check {name} is gone"),
-                );
-                break;
-            }
-            None => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
+    // The finalizer went: Temporal must keep no worker deployment of it, where its spec
+    // points nor where it moved from.
+    let mut places = vec![run.namespace_of(name)];
+    places.extend(run.left_namespace_of(name));
+    for namespace in places {
+        temporal_forgot(run, name, &namespace).await;
     }
     let wd = worker_deployment(run, i, &image)?;
     for _ in 0..60 {
@@ -157,4 +137,33 @@ pub(crate) async fn delete_and_recreate(
         tokio::time::sleep(Duration::from_secs(1)).await;
     }
     bail!("could not create {name} again for a minute")
+}
+
+/// I3: Temporal keeps no worker deployment of deleted `name` in `namespace` (read until known,
+/// for a minute).
+pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, namespace: &str) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        match run.describe_in(name, namespace).await {
+            Some(state) if state.exists => {
+                run.report().violate(
+                    "I3",
+                    format!(
+                        "{name} is deleted but Temporal namespace {namespace} keeps its worker deployment ({} versions)",
+                        state.versions.len()
+                    ),
+                );
+                return;
+            }
+            Some(_) => return,
+            None if Instant::now() > deadline => {
+                run.report().violate(
+                    "I3",
+                    format!("Temporal namespace {namespace} could not be read for a minute to check {name} is gone"),
+                );
+                return;
+            }
+            None => tokio::time::sleep(Duration::from_millis(500)).await,
+        }
+    }
 }

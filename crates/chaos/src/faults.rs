@@ -15,8 +15,9 @@ use twc_testenv::api_proxy::Faults;
 
 use crate::invariants::pod_ready;
 use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
-use crate::rollouts::set_image;
+use crate::rollouts::{converged, set_image};
 use crate::setup::{client_secret, connection_ref};
+use crate::temporal_view::Status;
 use crate::{BLIPS, IMAGE, MTLS_SECRET, Rng, Run, SCALED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -32,6 +33,9 @@ pub(crate) enum Fault {
     /// The apiserver, as the controllers see it, answers some writes 409 Conflict (not done)
     /// and some requests 500 after serving them (done, answer lost), for a few seconds.
     ApiserverFaults,
+    /// `temporalNamespace` changed (once per WorkerDeployment) while it is at its target and
+    /// an older version drains.
+    NamespaceChange,
     /// The leader paused (SIGSTOP) until the standby took over, then woken (SIGCONT) after
     /// its lease expired: two replicas that each believed they lead, one of them stale.
     PausedLeader,
@@ -48,7 +52,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 14] = [
+    pub(crate) const REAL_NODE: [Fault; 15] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -58,6 +62,7 @@ impl Fault {
         Fault::ScalerTakeover,
         Fault::SecretRotation,
         Fault::ApiserverFaults,
+        Fault::NamespaceChange,
         Fault::PausedLeader,
         Fault::DeleteWhileDraining,
         Fault::DeleteWhileControllerDown,
@@ -65,7 +70,7 @@ impl Fault {
         Fault::KubeletRestart,
     ];
     /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(12).0;
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(13).0;
     /// The faults the injector picks from (the driver injects the deletions itself).
     fn injected(real_node: bool) -> Vec<Fault> {
         let all: &[Fault] = if real_node {
@@ -95,6 +100,7 @@ impl Fault {
             Fault::ScalerTakeover => "scaler takes over replicas",
             Fault::SecretRotation => "client certificate Secret rotated",
             Fault::ApiserverFaults => "apiserver answers 409 and 500",
+            Fault::NamespaceChange => "temporalNamespace change mid-drain",
             Fault::PausedLeader => "leader paused past its lease",
             Fault::DeleteWhileDraining => "deleted while a version drains",
             Fault::DeleteWhileControllerDown => "deleted while controller down",
@@ -158,6 +164,7 @@ async fn apply(
             restart_stopped(controllers)?;
         }
         Fault::PausedLeader => pause_leader(controllers, rng).await?,
+        Fault::NamespaceChange => move_namespace(run, rng).await?,
         Fault::ApiserverFaults => {
             run.api_proxy.set_faults(Faults {
                 conflict_every: 3,
@@ -294,6 +301,39 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
         .await?;
     run.report().scaled.push((name.to_string(), build));
     Ok(())
+}
+
+/// Moves a WorkerDeployment that has not moved yet, is at its target and has a version
+/// Draining, to the run's other Temporal namespace.
+async fn move_namespace(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
+    let _moving = run.spec_lock.lock().await;
+    let start = rng.next() as usize;
+    for k in 0..run.names.len() {
+        let name = &run.names[(start + k) % run.names.len()];
+        if run.report().moved.contains(name) || converged(run, name).await != Some(true) {
+            continue;
+        }
+        let draining = run
+            .describe(name)
+            .await
+            .is_some_and(|s| s.versions.values().any(|v| *v == Status::Draining));
+        if !draining {
+            continue;
+        }
+        run.report().moved.insert(name.clone());
+        let patch = json!({"spec": {"workerOptions": {"temporalNamespace": run.moved_ns}}});
+        if let Err(e) = run
+            .wds()
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+        {
+            run.report().moved.remove(name);
+            return Err(e.into());
+        }
+        println!("   {name} moves to Temporal namespace {}", run.moved_ns);
+        return Ok(());
+    }
+    bail!("no WorkerDeployment at its target with a version draining that has not moved yet")
 }
 
 /// SIGSTOPs the leader, waits until the standby leads (its lease expired), lets a few more

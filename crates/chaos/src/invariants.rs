@@ -8,6 +8,7 @@ use kube::api::{Api, DeleteParams};
 use twc_api::{ClusterConnection, Connection};
 use twc_controller::plan::build_id;
 
+use crate::deletions::temporal_forgot;
 use crate::rollouts::converged_with;
 use crate::temporal_view::{Status, View};
 use crate::{CALL_TIMEOUT, CLUSTER_CONNECTION, CONNECTION, OBSERVE_EVERY, Run, SCALED};
@@ -23,19 +24,13 @@ pub(crate) async fn observe(run: &Run<'_>) {
                 all_converged = false;
                 continue;
             };
-            for (build, why) in needs_workers(&state) {
-                if let Some(problem) = lacks_workers(run, name, &build, why).await {
-                    // Read again: the two reads are not one snapshot.
-                    let again = run.describe(name).await;
-                    if again.is_some_and(|s| needs_workers(&s).contains(&(build.clone(), why)))
-                        && let Some(problem) = lacks_workers(run, name, &build, why).await
-                    {
-                        let invariant = if why == "draining" { "I2" } else { "I1" };
-                        run.report()
-                            .violate(invariant, format!("{name}: {build} is {why} but {problem}"));
-                    } else {
-                        let _ = problem;
-                    }
+            check_workers(run, name, None, &state).await;
+            // Where it moved from, only its Draining versions need their workers (nothing is
+            // routed there any more: docs/safety.md).
+            if let Some(left) = run.left_namespace_of(name) {
+                match run.describe_in(name, &left).await {
+                    Some(old) => check_workers(run, name, Some(&left), &old).await,
+                    None => run.report().read_errors += 1,
                 }
             }
             let scaled: Vec<String> = run
@@ -79,6 +74,39 @@ pub(crate) async fn observe(run: &Run<'_>) {
             }
         }
         tokio::time::sleep(OBSERVE_EVERY).await;
+    }
+}
+
+/// I1 and I2 on `state`, read in the spec's namespace (None) or in the one `name` moved away
+/// from (only its Draining versions are judged there). A suspected violation is read again.
+async fn check_workers(run: &Run<'_>, name: &str, left: Option<&str>, state: &View) {
+    let judged = |s: &View| -> Vec<(String, &'static str)> {
+        needs_workers(s)
+            .into_iter()
+            .filter(|(_, why)| left.is_none() || *why == "draining")
+            .collect()
+    };
+    for (build, why) in judged(state) {
+        if lacks_workers(run, name, &build, why).await.is_none() {
+            continue;
+        }
+        // Read again: the two reads are not one snapshot.
+        let again = match left {
+            Some(ns) => run.describe_in(name, ns).await,
+            None => run.describe(name).await,
+        };
+        if again.is_some_and(|s| judged(&s).contains(&(build.clone(), why)))
+            && let Some(problem) = lacks_workers(run, name, &build, why).await
+        {
+            let invariant = if why == "draining" { "I2" } else { "I1" };
+            let place = left.map_or(String::new(), |ns| {
+                format!(" in Temporal namespace {ns}, moved from,")
+            });
+            run.report().violate(
+                invariant,
+                format!("{name}: {build} is {why}{place} but {problem}"),
+            );
+        }
     }
 }
 
@@ -138,9 +166,9 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
 pub(crate) async fn check_pinned(run: &Run<'_>) {
     let pinned = run.report().pinned.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
-    for (id, own) in pinned {
+    for (id, namespace, own) in pinned {
         loop {
-            let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, &id);
+            let read = crate::temporal_view::workflow(&run.temporal, &namespace, &id);
             // Unreadable for now: not known, asked again until the deadline.
             let read = tokio::time::timeout(CALL_TIMEOUT, read)
                 .await
@@ -214,30 +242,10 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for name in &run.names {
-        // Unreadable is asked again until it is read; never read is a violation, not a pass.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        let state = loop {
-            if let Some(state) = run.describe(name).await {
-                break Some(state);
-            }
-            if Instant::now() > deadline {
-                break None;
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        };
-        match state {
-            Some(state) if state.exists => run.report().violate(
-                "I3",
-                format!(
-                    "Temporal still has the worker deployment of {name}: {} versions",
-                    state.versions.len()
-                ),
-            ),
-            Some(_) => {}
-            None => run.report().violate(
-                "I3",
-                format!("Temporal could not be read for a minute to check {name} is gone"),
-            ),
+        let mut places = vec![run.namespace_of(name)];
+        places.extend(run.left_namespace_of(name));
+        for namespace in places {
+            temporal_forgot(run, name, &namespace).await;
         }
     }
 }

@@ -24,6 +24,9 @@
 //!   few seconds, refuses some writes with 409 Conflict and loses the answer of some served
 //!   requests with a 500 (`twc_testenv::api_proxy`);
 //! - the leader paused (SIGSTOP) until the standby leads, then woken past its lease;
+//! - a `temporalNamespace` change mid-drain (once per WorkerDeployment, when it is at its
+//!   target with an older version Draining): its Draining versions must keep their workers in
+//!   the namespace it left, their pinned workflows complete there;
 //! - by the driver, one round in three: a WorkerDeployment deleted while its previous version
 //!   drains a pinned workflow (every other time with both replicas down), then created again
 //!   (`deletions.rs`).
@@ -192,9 +195,11 @@ struct Report {
     read_errors: u64,
     /// Rollouts that did not converge within the bound while faults went on.
     slow: usize,
-    /// Pinned workflows started, with the build ID they were pinned to at their first
-    /// workflow task (None when that was not seen in time).
-    pinned: Vec<(String, Option<String>)>,
+    /// Pinned workflows started (ID, Temporal namespace), with the build ID they were pinned
+    /// to at their first workflow task (None when that was not seen in time).
+    pinned: Vec<(String, String, Option<String>)>,
+    /// WorkerDeployments whose `temporalNamespace` was changed to [`Run::moved_ns`].
+    moved: std::collections::BTreeSet<String>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
     scaled: Vec<(String, String)>,
     /// WorkerDeployments a scaler's WorkerResourceTemplate was created for: the scaler owns
@@ -254,13 +259,21 @@ struct Run<'a> {
     client: Client,
     temporal: TemporalConnection,
     ns: String,
+    /// The Temporal namespace every WorkerDeployment starts in.
     temporal_ns: String,
+    /// The Temporal namespace the `temporalNamespace` change moves a WorkerDeployment to
+    /// (once; the versions it leaves behind stay in [`Run::temporal_ns`]).
+    moved_ns: String,
     names: Vec<String>,
     converge: Duration,
     /// A self-test run (`--expect-violation`).
     self_test: bool,
     report: Mutex<Report>,
     done: AtomicBool,
+    /// Held by the driver while it pins a workflow and changes an image, and by the
+    /// `temporalNamespace` change while it judges and moves: a workflow is never pinned in the
+    /// namespace being left to the version that is moving away.
+    spec_lock: tokio::sync::Mutex<()>,
 }
 
 impl Run<'_> {
@@ -276,11 +289,33 @@ impl Run<'_> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// What Temporal says of `name`, read by the checker's own code; None when it cannot be
-    /// read now (not known: never a pass, never "absent").
+    /// The Temporal namespace `name`'s spec names now.
+    fn namespace_of(&self, name: &str) -> String {
+        if self.report().moved.contains(name) {
+            self.moved_ns.clone()
+        } else {
+            self.temporal_ns.clone()
+        }
+    }
+
+    /// The Temporal namespace `name` moved away from, where its older versions drain.
+    fn left_namespace_of(&self, name: &str) -> Option<String> {
+        self.report()
+            .moved
+            .contains(name)
+            .then(|| self.temporal_ns.clone())
+    }
+
+    /// What Temporal says of `name` in the namespace its spec names, read by the checker's
+    /// own code; None when it cannot be read now (not known: never a pass, never "absent").
     async fn describe(&self, name: &str) -> Option<View> {
+        self.describe_in(name, &self.namespace_of(name)).await
+    }
+
+    /// [`Run::describe`] in Temporal namespace `namespace`.
+    async fn describe_in(&self, name: &str, namespace: &str) -> Option<View> {
         let deployment = build_id::temporal_deployment_name(&self.ns, name);
-        let read = temporal_view::read(&self.temporal, &self.temporal_ns, &deployment);
+        let read = temporal_view::read(&self.temporal, namespace, &deployment);
         tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()
     }
 }
@@ -363,6 +398,7 @@ async fn main() -> anyhow::Result<()> {
     };
     let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
     let temporal_ns = env.temporal().namespace().await?;
+    let moved_ns = env.temporal().namespace().await?;
     let names: Vec<String> = (0..cli.worker_deployments.max(1))
         .map(|i| format!("wd-{i}"))
         .collect();
@@ -376,11 +412,13 @@ async fn main() -> anyhow::Result<()> {
         client,
         ns,
         temporal_ns,
+        moved_ns,
         names,
         converge: Duration::from_secs(cli.converge_seconds),
         self_test: cli.expect_violation.is_some(),
         report: Mutex::new(Report::default()),
         done: AtomicBool::new(false),
+        spec_lock: tokio::sync::Mutex::new(()),
     };
     setup(&run).await?;
     println!(

@@ -33,7 +33,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         report.slow,
         run.converge.as_secs(),
         report.pinned.len(),
-        report.pinned.iter().filter(|(_, v)| v.is_some()).count(),
+        report.pinned.iter().filter(|(_, _, v)| v.is_some()).count(),
         report.observations,
         OBSERVE_EVERY.as_millis(),
         report.read_errors

@@ -91,6 +91,7 @@ pub(crate) async fn drive(
             // still Draining when it is promoted away from.
             let seconds = rng.between(2, 12) + if run.self_test { 30 } else { 0 };
             let seconds = seconds.to_string();
+            let _moving = run.spec_lock.lock().await;
             pin(run, name, &id, &seconds).await;
             set_image(run, name, &format!("{IMAGE}:r{round}")).await;
         }
@@ -116,6 +117,7 @@ pub(crate) async fn drive(
 /// Starts pinned workflow `id` on `name`'s current version, sleeping `seconds`, and records
 /// the version its first workflow task completed on (I2 checks it completes there).
 pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
+    let namespace = run.namespace_of(name);
     let mut started = false;
     for _ in 0..20 {
         let start = twc_testenv::temporal::start_workflow(
@@ -137,14 +139,16 @@ pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
         // changes (a few seconds at most; not seen in time, only completion is judged).
         let mut pinned = None;
         for _ in 0..20 {
-            let read = crate::temporal_view::workflow(&run.temporal, &run.temporal_ns, id);
+            let read = crate::temporal_view::workflow(&run.temporal, &namespace, id);
             if let Ok(Ok((_, Some(build)))) = tokio::time::timeout(CALL_TIMEOUT, read).await {
                 pinned = Some(build);
                 break;
             }
             tokio::time::sleep(Duration::from_millis(250)).await;
         }
-        run.report().pinned.push((id.to_string(), pinned));
+        run.report()
+            .pinned
+            .push((id.to_string(), namespace.clone(), pinned));
     }
 }
 

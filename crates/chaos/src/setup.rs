@@ -63,8 +63,9 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// WorkerDeployment `i` of the run at `image`: the even ones AllAtOnce on the
-/// ClusterConnection, the odd ones Progressive on the Connection.
+/// WorkerDeployment `i` of the run at `image`, in the Temporal namespace it was moved to if it
+/// was: the even ones AllAtOnce on the ClusterConnection, the odd ones Progressive on the
+/// Connection.
 pub(crate) fn worker_deployment(
     run: &Run<'_>,
     i: usize,
@@ -80,7 +81,7 @@ pub(crate) fn worker_deployment(
         "metadata": {"name": run.names[i]},
         "spec": {
             "replicas": run.replicas,
-            "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.temporal_ns},
+            "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.namespace_of(&run.names[i])},
             "rollout": rollout,
             "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
             "template": {"spec": {"terminationGracePeriodSeconds": 2,

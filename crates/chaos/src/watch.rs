@@ -73,25 +73,36 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
         if !judged.insert((d.name_any(), problem)) {
             continue;
         }
-        // Read Temporal right after the change; unreadable for two seconds is not known.
-        let mut state = None;
-        for _ in 0..10 {
-            state = run.describe(name).await;
-            if state.is_some() {
-                break;
+        // Read Temporal right after the change, where the spec points and (its Draining
+        // versions only) where it moved from; unreadable for two seconds is not known.
+        let mut places = vec![(run.namespace_of(name), false)];
+        places.extend(run.left_namespace_of(name).map(|ns| (ns, true)));
+        for (namespace, draining_only) in places {
+            let mut state = None;
+            for _ in 0..10 {
+                state = run.describe_in(name, &namespace).await;
+                if state.is_some() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_millis(200)).await;
             }
-            tokio::time::sleep(Duration::from_millis(200)).await;
-        }
-        let Some(state) = state else {
-            run.report().read_errors += 1;
-            continue;
-        };
-        if let Some((_, why)) = needs_workers(&state).into_iter().find(|(b, _)| *b == build) {
-            let invariant = if why == "draining" { "I2" } else { "I1" };
-            run.report().violate(
-                invariant,
-                format!("{name}: {build} is {why} but {problem} (seen by the watch)"),
-            );
+            let Some(state) = state else {
+                run.report().read_errors += 1;
+                continue;
+            };
+            let found = needs_workers(&state)
+                .into_iter()
+                .filter(|(_, why)| !draining_only || *why == "draining")
+                .find(|(b, _)| *b == build);
+            if let Some((_, why)) = found {
+                let invariant = if why == "draining" { "I2" } else { "I1" };
+                run.report().violate(
+                    invariant,
+                    format!(
+                        "{name}: {build} is {why} in Temporal namespace {namespace} but {problem} (seen by the watch)"
+                    ),
+                );
+            }
         }
     }
 }
