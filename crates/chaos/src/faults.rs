@@ -15,7 +15,7 @@ use twc_testenv::api_proxy::Faults;
 
 use crate::invariants::pod_ready;
 use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
-use crate::rollouts::{converged, set_image};
+use crate::rollouts::{converged, pin, set_image};
 use crate::setup::{client_secret, connection_ref};
 use crate::temporal_view::Status;
 use crate::{BLIPS, IMAGE, MTLS_SECRET, Rng, Run, SCALED};
@@ -182,7 +182,12 @@ async fn apply(
                 .restart_apiserver(Duration::from_secs(5))
                 .await?
         }
-        Fault::TemporalRestart => run.env.temporal().restart(Duration::from_secs(5)).await?,
+        Fault::TemporalRestart => {
+            run.report().temporal_restarted = Some(Instant::now());
+            let restarted = run.env.temporal().restart(Duration::from_secs(5)).await;
+            run.report().temporal_restarted = Some(Instant::now());
+            restarted?
+        }
         Fault::WorkerContainerKill => kill_worker_container(run, rng).await?,
         Fault::KubeletRestart => {
             let node = run.env.node().context("no real node")?;
@@ -303,37 +308,64 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Moves a WorkerDeployment that has not moved yet, is at its target and has a version
-/// Draining, to the run's other Temporal namespace.
+/// Moves a WorkerDeployment that has not moved yet to the run's other Temporal namespace
+/// mid-drain: once it is at its target, a pinned workflow of 60-75 s on its current version
+/// and a new image make that version Draining; then `temporalNamespace` changes.
 async fn move_namespace(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
     let _moving = run.spec_lock.lock().await;
     let start = rng.next() as usize;
+    let mut chosen = None;
     for k in 0..run.names.len() {
         let name = &run.names[(start + k) % run.names.len()];
-        if run.report().moved.contains(name) || converged(run, name).await != Some(true) {
-            continue;
+        if !run.report().moved.contains(name) && converged(run, name).await == Some(true) {
+            chosen = Some(name);
+            break;
         }
+    }
+    let name = chosen.context("no WorkerDeployment at its target that has not moved yet")?;
+    let old = run
+        .describe(name)
+        .await
+        .and_then(|s| s.current)
+        .context("Temporal unreadable")?;
+    let seconds = rng.between(60, 75).to_string();
+    pin(run, name, &format!("pinned-{name}-moved"), &seconds).await;
+    // A real node has the blips it was given (tag_images).
+    let blips = if run.env.node().is_some() {
+        BLIPS
+    } else {
+        1_000_000
+    };
+    set_image(run, name, &format!("{IMAGE}:blip-{}", rng.next() % blips)).await;
+    let deadline = Instant::now() + run.converge;
+    loop {
         let draining = run
             .describe(name)
             .await
-            .is_some_and(|s| s.versions.values().any(|v| *v == Status::Draining));
-        if !draining {
-            continue;
+            .is_some_and(|s| s.versions.get(&old) == Some(&Status::Draining));
+        if draining && converged(run, name).await == Some(true) {
+            break;
         }
-        run.report().moved.insert(name.clone());
-        let patch = json!({"spec": {"workerOptions": {"temporalNamespace": run.moved_ns}}});
-        if let Err(e) = run
-            .wds()
-            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
-            .await
-        {
-            run.report().moved.remove(name);
-            return Err(e.into());
+        if Instant::now() > deadline {
+            bail!("{name} did not reach its new image with {old} Draining in time");
         }
-        println!("   {name} moves to Temporal namespace {}", run.moved_ns);
-        return Ok(());
+        tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    bail!("no WorkerDeployment at its target with a version draining that has not moved yet")
+    run.report().moved.insert(name.clone());
+    let patch = json!({"spec": {"workerOptions": {"temporalNamespace": run.moved_ns}}});
+    if let Err(e) = run
+        .wds()
+        .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        run.report().moved.remove(name);
+        return Err(e.into());
+    }
+    println!(
+        "   {name} moves to Temporal namespace {} ({old} draining)",
+        run.moved_ns
+    );
+    Ok(())
 }
 
 /// SIGSTOPs the leader, waits until the standby leads (its lease expired), lets a few more

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, DeleteParams};
+use kube::api::{Api, DeleteParams, ListParams};
 use twc_api::{ClusterConnection, Connection};
 use twc_controller::plan::build_id;
 
@@ -86,8 +86,12 @@ async fn check_workers(run: &Run<'_>, name: &str, left: Option<&str>, state: &Vi
             .filter(|(_, why)| left.is_none() || *why == "draining")
             .collect()
     };
+    let namespace = left.map_or_else(|| run.namespace_of(name), str::to_string);
     for (build, why) in judged(state) {
-        if lacks_workers(run, name, &build, why).await.is_none() {
+        if lacks_workers(run, name, &build, why, &namespace)
+            .await
+            .is_none()
+        {
             continue;
         }
         // Read again: the two reads are not one snapshot.
@@ -96,7 +100,7 @@ async fn check_workers(run: &Run<'_>, name: &str, left: Option<&str>, state: &Vi
             None => run.describe(name).await,
         };
         if again.is_some_and(|s| judged(&s).contains(&(build.clone(), why)))
-            && let Some(problem) = lacks_workers(run, name, &build, why).await
+            && let Some(problem) = lacks_workers(run, name, &build, why, &namespace).await
         {
             let invariant = if why == "draining" { "I2" } else { "I1" };
             let place = left.map_or(String::new(), |ns| {
@@ -124,8 +128,15 @@ pub(crate) fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
 }
 
 /// What is wrong with the workers of `build`, if anything (None also when unreadable): its
-/// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready.
-async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Option<String> {
+/// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready, or
+/// none of them polling Temporal namespace `namespace` ([`unlisted`]).
+async fn lacks_workers(
+    run: &Run<'_>,
+    name: &str,
+    build: &str,
+    why: &str,
+    namespace: &str,
+) -> Option<String> {
     let deployment = build_id::deployment_name(name, build);
     let d = match run.deployments().get_opt(&deployment).await {
         Ok(d) => d,
@@ -151,7 +162,74 @@ async fn lacks_workers(run: &Run<'_>, name: &str, build: &str, why: &str) -> Opt
         return Some("its Deployment is scaled to 0".into());
     }
     // A draining version's pods may be restarting; only routing needs ready ones.
-    (why != "draining" && ready == 0).then(|| "none of its pods is ready".into())
+    if why == "draining" {
+        return None;
+    }
+    if ready == 0 {
+        return Some("none of its pods is ready".into());
+    }
+    unlisted(run, name, build, namespace).await
+}
+
+/// How long a worker may be up before Temporal's worker list must show it: its first
+/// heartbeat may come a full interval (60 s) after it started, and a Temporal restart empties
+/// the list until each worker's next heartbeat.
+const LIST_GRACE: Duration = Duration::from_secs(90);
+
+/// Routed `build` has ready pods, but are they polling? From Temporal's own worker list
+/// (`ListWorkers`, fed by the workers' heartbeats): a problem when a pod of it has been ready
+/// longer than [`LIST_GRACE`], Temporal has not restarted within it, and the list shows no
+/// running worker of the version. None when that cannot be told now.
+async fn unlisted(run: &Run<'_>, name: &str, build: &str, namespace: &str) -> Option<String> {
+    if run
+        .report()
+        .temporal_restarted
+        .is_some_and(|t| t.elapsed() < LIST_GRACE)
+    {
+        return None;
+    }
+    let selector = format!("{}={build}", twc_api::labels::BUILD_ID);
+    let pods = Api::<Pod>::namespaced(run.client.clone(), &run.ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .ok()?;
+    let now = std::time::SystemTime::now();
+    let (pod, ready_for) = pods
+        .items
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .filter_map(|p| {
+            let since = p
+                .status
+                .as_ref()?
+                .conditions
+                .as_ref()?
+                .iter()
+                .find(|c| c.type_ == "Ready" && c.status == "True")?
+                .last_transition_time
+                .as_ref()?;
+            let age = now
+                .duration_since(std::time::SystemTime::from(since.0))
+                .ok()?;
+            Some((p.metadata.name.clone().unwrap_or_default(), age))
+        })
+        .max_by_key(|(_, age)| *age)?;
+    if ready_for < LIST_GRACE {
+        return None;
+    }
+    let read = crate::temporal_view::running_workers(&run.temporal, namespace);
+    let workers = tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()?;
+    let deployment = build_id::temporal_deployment_name(&run.ns, name);
+    let listed = workers
+        .get(&(deployment, build.to_string()))
+        .copied()
+        .unwrap_or(0);
+    (listed == 0).then(|| {
+        format!(
+            "Temporal namespace {namespace} lists no running worker of it, though pod {pod} has been ready for {} s",
+            ready_for.as_secs()
+        )
+    })
 }
 
 pub(crate) fn pod_ready(pod: &Pod) -> bool {

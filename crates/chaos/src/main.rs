@@ -24,9 +24,9 @@
 //!   few seconds, refuses some writes with 409 Conflict and loses the answer of some served
 //!   requests with a 500 (`twc_testenv::api_proxy`);
 //! - the leader paused (SIGSTOP) until the standby leads, then woken past its lease;
-//! - a `temporalNamespace` change mid-drain (once per WorkerDeployment, when it is at its
-//!   target with an older version Draining): its Draining versions must keep their workers in
-//!   the namespace it left, their pinned workflows complete there;
+//! - a `temporalNamespace` change mid-drain (once per WorkerDeployment: a long pinned workflow
+//!   and a new image make its current version Draining, then it moves): its Draining versions
+//!   must keep their workers in the namespace it left, their pinned workflows complete there;
 //! - by the driver, one round in three: a WorkerDeployment deleted while its previous version
 //!   drains a pinned workflow (every other time with both replicas down), then created again
 //!   (`deletions.rs`).
@@ -36,7 +36,10 @@
 //! that fails is "not known", read again, never a pass. A watch on the Deployments sees every
 //! change between two looks, so a scale to 0 and back is judged too (`watch.rs`):
 //!
-//! - I1: new work is never routed (Current or Ramping) to a version without ready workers;
+//! - I1: new work is never routed (Current or Ramping) to a version without ready workers, nor
+//!   to one whose pods are ready but do not poll: once a pod of it has been ready 90 s and
+//!   Temporal has not restarted within 90 s, Temporal's own worker list (`ListWorkers`, fed by
+//!   the workers' heartbeats) must show a running worker of it;
 //! - I2: a Draining version (open pinned workflows) is never scaled to 0, deleted or being
 //!   deleted, and every pinned workflow started during the run completes, on the version it
 //!   was pinned to at its first workflow task;
@@ -198,6 +201,8 @@ struct Report {
     /// Pinned workflows started (ID, Temporal namespace), with the build ID they were pinned
     /// to at their first workflow task (None when that was not seen in time).
     pinned: Vec<(String, String, Option<String>)>,
+    /// When Temporal last restarted (its worker list is empty until the next heartbeats).
+    temporal_restarted: Option<Instant>,
     /// WorkerDeployments whose `temporalNamespace` was changed to [`Run::moved_ns`].
     moved: std::collections::BTreeSet<String>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.

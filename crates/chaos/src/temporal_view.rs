@@ -128,3 +128,53 @@ pub(crate) async fn workflow(
         .filter(|b| !b.is_empty());
     Ok((format!("{:?}", info.status()), build))
 }
+/// How many running workers each version has, by (worker deployment, build ID), from the
+/// checker's own `ListWorkers` call: a worker counts while its status is Running and its
+/// last heartbeat is under 3 minutes old (a killed worker is listed as running until then).
+pub(crate) async fn running_workers(
+    conn: &Connection,
+    namespace: &str,
+) -> Result<BTreeMap<(String, String), usize>, tonic::Status> {
+    use temporalio_common::protos::temporal::api::enums::v1::WorkerStatus;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::ListWorkersRequest;
+    let mut svc = conn.workflow_service();
+    let mut out = BTreeMap::new();
+    let mut token = Vec::new();
+    let now = std::time::SystemTime::now();
+    loop {
+        let page = svc
+            .list_workers(tonic::Request::new(ListWorkersRequest {
+                namespace: namespace.to_string(),
+                page_size: 1000,
+                next_page_token: token,
+                ..Default::default()
+            }))
+            .await?
+            .into_inner();
+        #[allow(deprecated)]
+        for h in page
+            .workers_info
+            .iter()
+            .filter_map(|i| i.worker_heartbeat.as_ref())
+        {
+            let fresh = h
+                .heartbeat_time
+                .as_ref()
+                .and_then(|t| std::time::SystemTime::try_from(*t).ok())
+                .is_some_and(|t| {
+                    now.duration_since(t).unwrap_or_default() < std::time::Duration::from_secs(180)
+                });
+            if h.status() != WorkerStatus::Running || !fresh {
+                continue;
+            }
+            if let Some(v) = &h.deployment_version {
+                *out.entry((v.deployment_name.clone(), v.build_id.clone()))
+                    .or_default() += 1;
+            }
+        }
+        if page.next_page_token.is_empty() {
+            return Ok(out);
+        }
+        token = page.next_page_token;
+    }
+}
