@@ -18,7 +18,7 @@ use crate::replicas::{Replica, restart_stopped};
 use crate::rollouts::{pin, set_image};
 use crate::setup::worker_deployment;
 use crate::temporal_view::Status;
-use crate::{IMAGE, Rng, Run};
+use crate::{IMAGE, Place, Rng, Run};
 
 /// Deletes WorkerDeployment `i` mid-rollout and creates it again at round `round`'s image.
 /// When the old version is never seen Draining, nothing is deleted (a plain rollout). An
@@ -124,10 +124,9 @@ pub(crate) async fn delete_and_recreate(
     }
     // The finalizer went: Temporal must keep no worker deployment of it, where its spec
     // points nor where it moved from.
-    let mut places = vec![run.namespace_of(name)];
-    places.extend(run.left_namespace_of(name));
-    for namespace in places {
-        temporal_forgot(run, name, &namespace).await;
+    temporal_forgot(run, name, &run.place_of(name), false).await;
+    for place in run.left_places_of(name) {
+        temporal_forgot(run, name, &place, true).await;
     }
     let wd = worker_deployment(run, i, &image)?;
     for _ in 0..60 {
@@ -139,17 +138,27 @@ pub(crate) async fn delete_and_recreate(
     bail!("could not create {name} again for a minute")
 }
 
-/// I3: Temporal keeps no worker deployment of deleted `name` in `namespace` (read until known,
-/// for a minute).
-pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, namespace: &str) {
+/// I3: Temporal keeps no worker deployment of deleted `name` at `place` (read until known, for
+/// a minute). Where it moved away from (`left`), a record left is noted, not a violation:
+/// nothing is cleaned up there once its versions no longer run (docs/safety.md).
+pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, place: &Place, left: bool) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        match run.describe_in(name, namespace).await {
+        match run.describe_at(name, place).await {
+            Some(state) if state.exists && left => {
+                let note = format!(
+                    "{name}: {place}, moved away from, keeps its worker deployment ({} versions)",
+                    state.versions.len()
+                );
+                println!("   note: {note}");
+                run.report().left_behind.push(note);
+                return;
+            }
             Some(state) if state.exists => {
                 run.report().violate(
                     "I3",
                     format!(
-                        "{name} is deleted but Temporal namespace {namespace} keeps its worker deployment ({} versions)",
+                        "{name} is deleted but Temporal ({place}) keeps its worker deployment ({} versions)",
                         state.versions.len()
                     ),
                 );
@@ -159,7 +168,9 @@ pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, namespace: &str) 
             None if Instant::now() > deadline => {
                 run.report().violate(
                     "I3",
-                    format!("Temporal namespace {namespace} could not be read for a minute to check {name} is gone"),
+                    format!(
+                        "Temporal ({place}) could not be read for a minute to check {name} is gone"
+                    ),
                 );
                 return;
             }

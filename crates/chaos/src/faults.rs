@@ -18,7 +18,7 @@ use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
 use crate::rollouts::{converged, pin, set_image};
 use crate::setup::{client_secret, connection_ref};
 use crate::temporal_view::Status;
-use crate::{BLIPS, IMAGE, MTLS_SECRET, Rng, Run, SCALED};
+use crate::{BLIPS, CLUSTER_CONNECTION_B, IMAGE, MTLS_SECRET, Place, Rng, Run, SCALED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Fault {
@@ -36,6 +36,9 @@ pub(crate) enum Fault {
     /// `temporalNamespace` changed (once per WorkerDeployment) while it is at its target and
     /// an older version drains.
     NamespaceChange,
+    /// The connectionRef changed (once per WorkerDeployment) to a ClusterConnection of a
+    /// second Temporal server while it is at its target and an older version drains.
+    ServerChange,
     /// The leader paused (SIGSTOP) until the standby took over, then woken (SIGCONT) after
     /// its lease expired: two replicas that each believed they lead, one of them stale.
     PausedLeader,
@@ -52,7 +55,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 15] = [
+    pub(crate) const REAL_NODE: [Fault; 16] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -63,6 +66,7 @@ impl Fault {
         Fault::SecretRotation,
         Fault::ApiserverFaults,
         Fault::NamespaceChange,
+        Fault::ServerChange,
         Fault::PausedLeader,
         Fault::DeleteWhileDraining,
         Fault::DeleteWhileControllerDown,
@@ -70,7 +74,7 @@ impl Fault {
         Fault::KubeletRestart,
     ];
     /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(13).0;
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(14).0;
     /// The faults the injector picks from (the driver injects the deletions itself).
     fn injected(real_node: bool) -> Vec<Fault> {
         let all: &[Fault] = if real_node {
@@ -101,6 +105,7 @@ impl Fault {
             Fault::SecretRotation => "client certificate Secret rotated",
             Fault::ApiserverFaults => "apiserver answers 409 and 500",
             Fault::NamespaceChange => "temporalNamespace change mid-drain",
+            Fault::ServerChange => "another server mid-drain",
             Fault::PausedLeader => "leader paused past its lease",
             Fault::DeleteWhileDraining => "deleted while a version drains",
             Fault::DeleteWhileControllerDown => "deleted while controller down",
@@ -164,7 +169,8 @@ async fn apply(
             restart_stopped(controllers)?;
         }
         Fault::PausedLeader => pause_leader(controllers, rng).await?,
-        Fault::NamespaceChange => move_namespace(run, rng).await?,
+        Fault::NamespaceChange => move_away(run, rng, false).await?,
+        Fault::ServerChange => move_away(run, rng, true).await?,
         Fault::ApiserverFaults => {
             run.api_proxy.set_faults(Faults {
                 conflict_every: 3,
@@ -196,6 +202,12 @@ async fn apply(
         Fault::ConnectionRefChange => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];
+            // Between the two connections to the first server; one moved to the second
+            // server stays there.
+            if run.place_of(name).server != 0 {
+                bail!("{name} is on the second server");
+            }
+            let _moving = run.spec_lock.lock().await;
             let wd = run.wds().get(name).await?;
             let now_cluster = matches!(
                 wd.spec.worker_options.connection_ref.target(),
@@ -308,28 +320,42 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Moves a WorkerDeployment that has not moved yet to the run's other Temporal namespace
-/// mid-drain: once it is at its target, a pinned workflow of 60-75 s on its current version
-/// and a new image make that version Draining; then `temporalNamespace` changes.
-async fn move_namespace(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
+/// Moves a WorkerDeployment that has not made this move yet mid-drain, to the run's other
+/// Temporal namespace or (`to_server`) to the second Temporal server: once it is at its
+/// target, a pinned workflow of 60-75 s on its current version and a new image make that
+/// version Draining; then the spec moves.
+async fn move_away(run: &Run<'_>, rng: &mut Rng, to_server: bool) -> anyhow::Result<()> {
     let _moving = run.spec_lock.lock().await;
     let start = rng.next() as usize;
     let mut chosen = None;
     for k in 0..run.names.len() {
         let name = &run.names[(start + k) % run.names.len()];
-        if !run.report().moved.contains(name) && converged(run, name).await == Some(true) {
-            chosen = Some(name);
+        let here = run.place_of(name);
+        let moved = if to_server {
+            here.server != 0
+        } else {
+            here.namespace != run.temporal_ns
+        };
+        if !moved && converged(run, name).await == Some(true) {
+            chosen = Some((name, here));
             break;
         }
     }
-    let name = chosen.context("no WorkerDeployment at its target that has not moved yet")?;
+    let (name, here) =
+        chosen.context("no WorkerDeployment at its target that has not moved yet")?;
     let old = run
         .describe(name)
         .await
         .and_then(|s| s.current)
         .context("Temporal unreadable")?;
     let seconds = rng.between(60, 75).to_string();
-    pin(run, name, &format!("pinned-{name}-moved"), &seconds).await;
+    pin(
+        run,
+        name,
+        &format!("pinned-{name}-moved-{to_server}"),
+        &seconds,
+    )
+    .await;
     // A real node has the blips it was given (tag_images).
     let blips = if run.env.node().is_some() {
         BLIPS
@@ -351,20 +377,34 @@ async fn move_namespace(run: &Run<'_>, rng: &mut Rng) -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
-    run.report().moved.insert(name.clone());
-    let patch = json!({"spec": {"workerOptions": {"temporalNamespace": run.moved_ns}}});
+    let (there, patch) = if to_server {
+        let there = Place {
+            server: 1,
+            namespace: here.namespace.clone(),
+        };
+        let to = json!({"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": CLUSTER_CONNECTION_B}});
+        (
+            there,
+            json!({"spec": {"workerOptions": {"connectionRef": to}}}),
+        )
+    } else {
+        let there = Place {
+            server: here.server,
+            namespace: run.moved_ns.clone(),
+        };
+        let to = json!({"spec": {"workerOptions": {"temporalNamespace": run.moved_ns}}});
+        (there, to)
+    };
+    run.move_to(name, there.clone());
     if let Err(e) = run
         .wds()
         .patch(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        run.report().moved.remove(name);
+        run.move_back(name);
         return Err(e.into());
     }
-    println!(
-        "   {name} moves to Temporal namespace {} ({old} draining)",
-        run.moved_ns
-    );
+    println!("   {name} moves from {here} to {there} ({old} draining)");
     Ok(())
 }
 

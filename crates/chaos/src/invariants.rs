@@ -11,7 +11,10 @@ use twc_controller::plan::build_id;
 use crate::deletions::temporal_forgot;
 use crate::rollouts::converged_with;
 use crate::temporal_view::{Status, View};
-use crate::{CALL_TIMEOUT, CLUSTER_CONNECTION, CONNECTION, OBSERVE_EVERY, Run, SCALED};
+use crate::{
+    CALL_TIMEOUT, CLUSTER_CONNECTION, CLUSTER_CONNECTION_B, CONNECTION, OBSERVE_EVERY, Place, Run,
+    SCALED,
+};
 
 /// Reads Temporal and the apiserver every [`OBSERVE_EVERY`] until the driver is done: I1,
 /// I2 (Draining keeps its workers), and the time to converge after each fault.
@@ -27,8 +30,8 @@ pub(crate) async fn observe(run: &Run<'_>) {
             check_workers(run, name, None, &state).await;
             // Where it moved from, only its Draining versions need their workers (nothing is
             // routed there any more: docs/safety.md).
-            if let Some(left) = run.left_namespace_of(name) {
-                match run.describe_in(name, &left).await {
+            for left in run.left_places_of(name) {
+                match run.describe_at(name, &left).await {
                     Some(old) => check_workers(run, name, Some(&left), &old).await,
                     None => run.report().read_errors += 1,
                 }
@@ -79,16 +82,16 @@ pub(crate) async fn observe(run: &Run<'_>) {
 
 /// I1 and I2 on `state`, read in the spec's namespace (None) or in the one `name` moved away
 /// from (only its Draining versions are judged there). A suspected violation is read again.
-async fn check_workers(run: &Run<'_>, name: &str, left: Option<&str>, state: &View) {
+async fn check_workers(run: &Run<'_>, name: &str, left: Option<&Place>, state: &View) {
     let judged = |s: &View| -> Vec<(String, &'static str)> {
         needs_workers(s)
             .into_iter()
             .filter(|(_, why)| left.is_none() || *why == "draining")
             .collect()
     };
-    let namespace = left.map_or_else(|| run.namespace_of(name), str::to_string);
+    let place = left.cloned().unwrap_or_else(|| run.place_of(name));
     for (build, why) in judged(state) {
-        if lacks_workers(run, name, &build, why, &namespace)
+        if lacks_workers(run, name, &build, why, &place)
             .await
             .is_none()
         {
@@ -96,16 +99,14 @@ async fn check_workers(run: &Run<'_>, name: &str, left: Option<&str>, state: &Vi
         }
         // Read again: the two reads are not one snapshot.
         let again = match left {
-            Some(ns) => run.describe_in(name, ns).await,
+            Some(p) => run.describe_at(name, p).await,
             None => run.describe(name).await,
         };
         if again.is_some_and(|s| judged(&s).contains(&(build.clone(), why)))
-            && let Some(problem) = lacks_workers(run, name, &build, why, &namespace).await
+            && let Some(problem) = lacks_workers(run, name, &build, why, &place).await
         {
             let invariant = if why == "draining" { "I2" } else { "I1" };
-            let place = left.map_or(String::new(), |ns| {
-                format!(" in Temporal namespace {ns}, moved from,")
-            });
+            let place = left.map_or(String::new(), |p| format!(" at {p}, moved from,"));
             run.report().violate(
                 invariant,
                 format!("{name}: {build} is {why}{place} but {problem}"),
@@ -129,13 +130,13 @@ pub(crate) fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
 
 /// What is wrong with the workers of `build`, if anything (None also when unreadable): its
 /// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready, or
-/// none of them polling Temporal namespace `namespace` ([`unlisted`]).
+/// none of them polling Temporal at `place` ([`unlisted`]).
 async fn lacks_workers(
     run: &Run<'_>,
     name: &str,
     build: &str,
     why: &str,
-    namespace: &str,
+    place: &Place,
 ) -> Option<String> {
     let deployment = build_id::deployment_name(name, build);
     let d = match run.deployments().get_opt(&deployment).await {
@@ -168,7 +169,7 @@ async fn lacks_workers(
     if ready == 0 {
         return Some("none of its pods is ready".into());
     }
-    unlisted(run, name, build, namespace).await
+    unlisted(run, name, build, place).await
 }
 
 /// How long a worker may be up before Temporal's worker list must show it: its first
@@ -180,7 +181,7 @@ const LIST_GRACE: Duration = Duration::from_secs(90);
 /// (`ListWorkers`, fed by the workers' heartbeats): a problem when a pod of it has been ready
 /// longer than [`LIST_GRACE`], Temporal has not restarted within it, and the list shows no
 /// running worker of the version. None when that cannot be told now.
-async fn unlisted(run: &Run<'_>, name: &str, build: &str, namespace: &str) -> Option<String> {
+async fn unlisted(run: &Run<'_>, name: &str, build: &str, place: &Place) -> Option<String> {
     if run
         .report()
         .temporal_restarted
@@ -217,7 +218,8 @@ async fn unlisted(run: &Run<'_>, name: &str, build: &str, namespace: &str) -> Op
     if ready_for < LIST_GRACE {
         return None;
     }
-    let read = crate::temporal_view::running_workers(&run.temporal, namespace);
+    let read =
+        crate::temporal_view::running_workers(run.temporal_of(place.server), &place.namespace);
     let workers = tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()?;
     let deployment = build_id::temporal_deployment_name(&run.ns, name);
     let listed = workers
@@ -226,7 +228,7 @@ async fn unlisted(run: &Run<'_>, name: &str, build: &str, namespace: &str) -> Op
         .unwrap_or(0);
     (listed == 0).then(|| {
         format!(
-            "Temporal namespace {namespace} lists no running worker of it, though pod {pod} has been ready for {} s",
+            "Temporal ({place}) lists no running worker of it, though pod {pod} has been ready for {} s",
             ready_for.as_secs()
         )
     })
@@ -244,9 +246,10 @@ pub(crate) fn pod_ready(pod: &Pod) -> bool {
 pub(crate) async fn check_pinned(run: &Run<'_>) {
     let pinned = run.report().pinned.clone();
     let deadline = Instant::now() + Duration::from_secs(120);
-    for (id, namespace, own) in pinned {
+    for (id, place, own) in pinned {
         loop {
-            let read = crate::temporal_view::workflow(&run.temporal, &namespace, &id);
+            let temporal = run.temporal_of(place.server);
+            let read = crate::temporal_view::workflow(temporal, &place.namespace, &id);
             // Unreadable for now: not known, asked again until the deadline.
             let read = tokio::time::timeout(CALL_TIMEOUT, read)
                 .await
@@ -299,13 +302,14 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
     }
     let ccs: Api<ClusterConnection> = Api::all(run.client.clone());
     let cs: Api<Connection> = Api::namespaced(run.client.clone(), &run.ns);
-    let _ = ccs
-        .delete(CLUSTER_CONNECTION, &DeleteParams::default())
-        .await;
+    for cc in [CLUSTER_CONNECTION, CLUSTER_CONNECTION_B] {
+        let _ = ccs.delete(cc, &DeleteParams::default()).await;
+    }
     let _ = cs.delete(CONNECTION, &DeleteParams::default()).await;
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let cc_left = !matches!(ccs.get_opt(CLUSTER_CONNECTION).await, Ok(None));
+        let cc_left = !matches!(ccs.get_opt(CLUSTER_CONNECTION).await, Ok(None))
+            || !matches!(ccs.get_opt(CLUSTER_CONNECTION_B).await, Ok(None));
         let c_left = !matches!(cs.get_opt(CONNECTION).await, Ok(None));
         if !cc_left && !c_left {
             break;
@@ -320,10 +324,9 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     for name in &run.names {
-        let mut places = vec![run.namespace_of(name)];
-        places.extend(run.left_namespace_of(name));
-        for namespace in places {
-            temporal_forgot(run, name, &namespace).await;
+        temporal_forgot(run, name, &run.place_of(name), false).await;
+        for place in run.left_places_of(name) {
+            temporal_forgot(run, name, &place, true).await;
         }
     }
 }

@@ -107,6 +107,8 @@ const WORKER_IMAGE: &str = "docker.io/twc/example-worker:0.1.0";
 /// How many `blip-N` tags a real node has for the rapid image changes.
 const BLIPS: u64 = 40;
 const CLUSTER_CONNECTION: &str = "chaos";
+/// The ClusterConnection to the second Temporal server.
+const CLUSTER_CONNECTION_B: &str = "chaos-b";
 const CONNECTION: &str = "local";
 const IDENTITY: &str = "twc-chaos";
 /// The client certificate Secret every connection names, and the server name of the proxy.
@@ -179,6 +181,20 @@ impl Rng {
     }
 }
 
+/// Where a WorkerDeployment's versions are registered: a Temporal server of the run (0 or 1)
+/// and a namespace on it.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Place {
+    server: usize,
+    namespace: String,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "server {} namespace {}", self.server, self.namespace)
+    }
+}
+
 /// What the run saw.
 #[derive(Default)]
 struct Report {
@@ -198,13 +214,16 @@ struct Report {
     read_errors: u64,
     /// Rollouts that did not converge within the bound while faults went on.
     slow: usize,
-    /// Pinned workflows started (ID, Temporal namespace), with the build ID they were pinned
+    /// Pinned workflows started (ID, where), with the build ID they were pinned
     /// to at their first workflow task (None when that was not seen in time).
-    pinned: Vec<(String, String, Option<String>)>,
+    pinned: Vec<(String, Place, Option<String>)>,
     /// When Temporal last restarted (its worker list is empty until the next heartbeats).
     temporal_restarted: Option<Instant>,
-    /// WorkerDeployments whose `temporalNamespace` was changed to [`Run::moved_ns`].
-    moved: std::collections::BTreeSet<String>,
+    /// Where each WorkerDeployment's versions have been registered, oldest first (absent: only
+    /// [`Run::home`]); the last is where its spec points now.
+    places: BTreeMap<String, Vec<Place>>,
+    /// Worker deployments a deleted WorkerDeployment left where it had moved away from.
+    left_behind: Vec<String>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
     scaled: Vec<(String, String)>,
     /// WorkerDeployments a scaler's WorkerResourceTemplate was created for: the scaler owns
@@ -261,14 +280,19 @@ struct Run<'a> {
     ca: Ca,
     /// The TLS proxy in front of the dev server (mutual TLS).
     tls_address: String,
+    /// The TLS proxy in front of the second dev server.
+    tls_address_b: String,
     client: Client,
     temporal: TemporalConnection,
     ns: String,
-    /// The Temporal namespace every WorkerDeployment starts in.
+    /// The Temporal namespace every WorkerDeployment starts in (on both servers).
     temporal_ns: String,
     /// The Temporal namespace the `temporalNamespace` change moves a WorkerDeployment to
-    /// (once; the versions it leaves behind stay in [`Run::temporal_ns`]).
+    /// (once; the versions it leaves behind stay where they were).
     moved_ns: String,
+    /// The second Temporal server, which the server change moves a WorkerDeployment to (once),
+    /// through ClusterConnection [`CLUSTER_CONNECTION_B`].
+    temporal_b: TemporalConnection,
     names: Vec<String>,
     converge: Duration,
     /// A self-test run (`--expect-violation`).
@@ -294,35 +318,102 @@ impl Run<'_> {
         Api::namespaced(self.client.clone(), &self.ns)
     }
 
-    /// The Temporal namespace `name`'s spec names now.
-    fn namespace_of(&self, name: &str) -> String {
-        if self.report().moved.contains(name) {
-            self.moved_ns.clone()
-        } else {
-            self.temporal_ns.clone()
+    /// Where every WorkerDeployment starts: the first server, [`Run::temporal_ns`].
+    fn home(&self) -> Place {
+        Place {
+            server: 0,
+            namespace: self.temporal_ns.clone(),
         }
     }
 
-    /// The Temporal namespace `name` moved away from, where its older versions drain.
-    fn left_namespace_of(&self, name: &str) -> Option<String> {
+    /// Where `name`'s spec points now.
+    fn place_of(&self, name: &str) -> Place {
         self.report()
-            .moved
-            .contains(name)
-            .then(|| self.temporal_ns.clone())
+            .places
+            .get(name)
+            .and_then(|p| p.last().cloned())
+            .unwrap_or_else(|| self.home())
     }
 
-    /// What Temporal says of `name` in the namespace its spec names, read by the checker's
-    /// own code; None when it cannot be read now (not known: never a pass, never "absent").
+    /// Where `name` moved away from, where its older versions drain.
+    fn left_places_of(&self, name: &str) -> Vec<Place> {
+        let now = self.place_of(name);
+        let mut left: Vec<Place> = self
+            .report()
+            .places
+            .get(name)
+            .map(|p| p.iter().filter(|p| **p != now).cloned().collect())
+            .unwrap_or_default();
+        left.sort();
+        left.dedup();
+        left
+    }
+
+    /// Records that `name`'s spec now points at `place`.
+    fn move_to(&self, name: &str, place: Place) {
+        let home = self.home();
+        self.report()
+            .places
+            .entry(name.to_string())
+            .or_insert_with(|| vec![home])
+            .push(place);
+    }
+
+    /// Undoes the last [`Run::move_to`] of `name` (its patch failed).
+    fn move_back(&self, name: &str) {
+        if let Some(p) = self.report().places.get_mut(name) {
+            p.pop();
+        }
+    }
+
+    /// The connection to server `server` of the run.
+    fn temporal_of(&self, server: usize) -> &TemporalConnection {
+        if server == 0 {
+            &self.temporal
+        } else {
+            &self.temporal_b
+        }
+    }
+
+    /// What Temporal says of `name` where its spec points, read by the checker's own code;
+    /// None when it cannot be read now (not known: never a pass, never "absent").
     async fn describe(&self, name: &str) -> Option<View> {
-        self.describe_in(name, &self.namespace_of(name)).await
+        self.describe_at(name, &self.place_of(name)).await
     }
 
-    /// [`Run::describe`] in Temporal namespace `namespace`.
-    async fn describe_in(&self, name: &str, namespace: &str) -> Option<View> {
+    /// [`Run::describe`] at `place`.
+    async fn describe_at(&self, name: &str, place: &Place) -> Option<View> {
         let deployment = build_id::temporal_deployment_name(&self.ns, name);
-        let read = temporal_view::read(&self.temporal, namespace, &deployment);
+        let read = temporal_view::read(
+            self.temporal_of(place.server),
+            &place.namespace,
+            &deployment,
+        );
         tokio::time::timeout(CALL_TIMEOUT, read).await.ok()?.ok()
     }
+}
+
+/// A TLS proxy (mutual TLS, clients of `ca`) in front of the dev server at `upstream`, and the
+/// address workers reach it at: on a real node, the node's bridge.
+async fn tls_proxy(
+    real_node: bool,
+    upstream: &str,
+    server: &twc_testenv::pki::CertPair,
+    ca: &Ca,
+) -> anyhow::Result<(TlsProxy, String)> {
+    if !real_node {
+        let proxy = TlsProxy::start(upstream, server, Some(&ca.cert_pem)).await?;
+        let address = proxy.address.clone();
+        return Ok((proxy, address));
+    }
+    let proxy = TlsProxy::start_on("0.0.0.0", upstream, server, Some(&ca.cert_pem)).await?;
+    let port = proxy
+        .address
+        .rsplit(':')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    Ok((proxy, format!("{}:{port}", node::HOST_IP)))
 }
 
 #[tokio::main]
@@ -380,27 +471,21 @@ async fn main() -> anyhow::Result<()> {
         Usage::Server,
         time::Duration::days(7),
     )?;
-    // On a real node, pods reach the proxy at the bridge's address.
-    let (_proxy, tls_address) = if env.node().is_some() {
-        let proxy = TlsProxy::start_on(
-            "0.0.0.0",
-            &env.temporal().address,
-            &server,
-            Some(&ca.cert_pem),
-        )
-        .await?;
-        let port = proxy
-            .address
-            .rsplit(':')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        (proxy, format!("{}:{port}", node::HOST_IP))
-    } else {
-        let proxy = TlsProxy::start(&env.temporal().address, &server, Some(&ca.cert_pem)).await?;
-        let address = proxy.address.clone();
-        (proxy, address)
-    };
+    let real_node = env.node().is_some();
+    let (_proxy, tls_address) = tls_proxy(real_node, &env.temporal().address, &server, &ca).await?;
+    // The second server, which the server change moves a WorkerDeployment to: its own SQLite
+    // file, never restarted; the same namespaces (the pool's names), the same CA.
+    let dir_b = dir.join("temporal-b");
+    std::fs::create_dir_all(&dir_b)?;
+    let server_b = TemporalServer::start(
+        &TemporalOptions {
+            db_file: Some(dir_b.join("temporal.db")),
+            ..Default::default()
+        },
+        &dir_b,
+    )
+    .await?;
+    let (_proxy_b, tls_address_b) = tls_proxy(real_node, &server_b.address, &server, &ca).await?;
     let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
     let temporal_ns = env.temporal().namespace().await?;
     let moved_ns = env.temporal().namespace().await?;
@@ -409,6 +494,8 @@ async fn main() -> anyhow::Result<()> {
         .collect();
     let run = Run {
         temporal: env.temporal().connect().await?,
+        temporal_b: server_b.connect().await?,
+        tls_address_b,
         env: &env,
         api_proxy: &api_proxy,
         replicas: if cli.real_node { 2 } else { 1 },

@@ -91,6 +91,13 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
             "", "", "", v[0], v[1], v[2], v[3]
         );
     }
+    println!(
+        "worker deployments left where a WorkerDeployment moved away from (not cleaned up there, docs/safety.md): {}",
+        report.left_behind.len()
+    );
+    for note in &report.left_behind {
+        println!("    {note}");
+    }
     for invariant in ["I1", "I2", "I3", "I4"] {
         let v = report.violations.get(invariant).map_or(0, Vec::len);
         println!("invariant {invariant}: {v} violations");

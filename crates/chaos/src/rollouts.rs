@@ -117,12 +117,13 @@ pub(crate) async fn drive(
 /// Starts pinned workflow `id` on `name`'s current version, sleeping `seconds`, and records
 /// the version its first workflow task completed on (I2 checks it completes there).
 pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
-    let namespace = run.namespace_of(name);
+    let place = run.place_of(name);
+    let temporal = run.temporal_of(place.server);
     let mut started = false;
     for _ in 0..20 {
         let start = twc_testenv::temporal::start_workflow(
-            &run.temporal,
-            &run.temporal_ns,
+            temporal,
+            &place.namespace,
             name,
             "Sleep",
             id,
@@ -139,7 +140,7 @@ pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
         // changes (a few seconds at most; not seen in time, only completion is judged).
         let mut pinned = None;
         for _ in 0..20 {
-            let read = crate::temporal_view::workflow(&run.temporal, &namespace, id);
+            let read = crate::temporal_view::workflow(temporal, &place.namespace, id);
             if let Ok(Ok((_, Some(build)))) = tokio::time::timeout(CALL_TIMEOUT, read).await {
                 pinned = Some(build);
                 break;
@@ -148,7 +149,7 @@ pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
         }
         run.report()
             .pinned
-            .push((id.to_string(), namespace.clone(), pinned));
+            .push((id.to_string(), place.clone(), pinned));
     }
 }
 

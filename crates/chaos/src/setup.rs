@@ -10,7 +10,8 @@ use twc_testenv::pki::Usage;
 
 use crate::rollouts::wait_converged;
 use crate::{
-    BLIPS, CLUSTER_CONNECTION, CONNECTION, IMAGE, MTLS_SECRET, Run, SERVER_NAME, WORKER_IMAGE,
+    BLIPS, CLUSTER_CONNECTION, CLUSTER_CONNECTION_B, CONNECTION, IMAGE, MTLS_SECRET, Run,
+    SERVER_NAME, WORKER_IMAGE,
 };
 
 pub(crate) fn connection_ref(i: usize) -> Value {
@@ -41,6 +42,17 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Api::<ClusterConnection>::all(run.client.clone())
         .create(&PostParams::default(), &cc)
         .await?;
+    // The second server, through its own proxy; the same Secret (the same CA).
+    let mut spec_b = spec.clone();
+    spec_b["hostPort"] = json!(run.tls_address_b);
+    let cc_b: ClusterConnection = serde_json::from_value(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+        "metadata": {"name": CLUSTER_CONNECTION_B},
+        "spec": spec_b
+    }))?;
+    Api::<ClusterConnection>::all(run.client.clone())
+        .create(&PostParams::default(), &cc_b)
+        .await?;
     let c: Connection = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
         "metadata": {"name": CONNECTION, "namespace": run.ns},
@@ -63,14 +75,20 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// WorkerDeployment `i` of the run at `image`, in the Temporal namespace it was moved to if it
-/// was: the even ones AllAtOnce on the ClusterConnection, the odd ones Progressive on the
+/// WorkerDeployment `i` of the run at `image`, where it was moved to if it was (server and
+/// namespace): the even ones AllAtOnce on the ClusterConnection, the odd ones Progressive on the
 /// Connection.
 pub(crate) fn worker_deployment(
     run: &Run<'_>,
     i: usize,
     image: &str,
 ) -> anyhow::Result<WorkerDeployment> {
+    let place = run.place_of(&run.names[i]);
+    let connection = if place.server == 0 {
+        connection_ref(i)
+    } else {
+        json!({"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": CLUSTER_CONNECTION_B}})
+    };
     let rollout = if i.is_multiple_of(2) {
         json!({"strategy": "AllAtOnce"})
     } else {
@@ -81,7 +99,7 @@ pub(crate) fn worker_deployment(
         "metadata": {"name": run.names[i]},
         "spec": {
             "replicas": run.replicas,
-            "workerOptions": {"connectionRef": connection_ref(i), "temporalNamespace": run.namespace_of(&run.names[i])},
+            "workerOptions": {"connectionRef": connection, "temporalNamespace": place.namespace},
             "rollout": rollout,
             "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
             "template": {"spec": {"terminationGracePeriodSeconds": 2,

@@ -75,12 +75,12 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
         }
         // Read Temporal right after the change, where the spec points and (its Draining
         // versions only) where it moved from; unreadable for two seconds is not known.
-        let mut places = vec![(run.namespace_of(name), false)];
-        places.extend(run.left_namespace_of(name).map(|ns| (ns, true)));
-        for (namespace, draining_only) in places {
+        let mut places = vec![(run.place_of(name), false)];
+        places.extend(run.left_places_of(name).into_iter().map(|p| (p, true)));
+        for (place, draining_only) in places {
             let mut state = None;
             for _ in 0..10 {
-                state = run.describe_in(name, &namespace).await;
+                state = run.describe_at(name, &place).await;
                 if state.is_some() {
                     break;
                 }
@@ -99,7 +99,7 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
                 run.report().violate(
                     invariant,
                     format!(
-                        "{name}: {build} is {why} in Temporal namespace {namespace} but {problem} (seen by the watch)"
+                        "{name}: {build} is {why} at {place} but {problem} (seen by the watch)"
                     ),
                 );
             }
