@@ -14,6 +14,7 @@ use anyhow::bail;
 use kube::api::{DeleteParams, PostParams};
 
 use crate::faults::{Fault, kill};
+use crate::operator::tend_left_behind;
 use crate::replicas::{Replica, restart_stopped};
 use crate::rollouts::{pin, set_image};
 use crate::setup::worker_deployment;
@@ -110,6 +111,7 @@ pub(crate) async fn delete_and_recreate(
     // Gone once the pinned workflow is done and the versions are cleaned up; faults go on.
     let deadline = Instant::now() + run.converge + Duration::from_secs(60);
     while !matches!(run.wds().get_opt(name).await, Ok(None)) {
+        tend_left_behind(run).await;
         if Instant::now() > deadline {
             run.report().violate(
                 "I3",

@@ -9,6 +9,7 @@ use twc_api::{ClusterConnection, Connection};
 use twc_controller::plan::build_id;
 
 use crate::deletions::temporal_forgot;
+use crate::operator::tend_left_behind;
 use crate::rollouts::converged_with;
 use crate::temporal_view::{Status, View};
 use crate::{
@@ -63,6 +64,10 @@ pub(crate) async fn observe(run: &Run<'_>) {
             if converged_with(run, name, &state).await != Some(true) {
                 all_converged = false;
             }
+        }
+        // Every 2 s, the person's part of a move to another server.
+        if run.report().observations.is_multiple_of(10) {
+            tend_left_behind(run).await;
         }
         {
             let mut report = run.report();
@@ -297,6 +302,7 @@ pub(crate) async fn check_deletion(run: &Run<'_>) {
                     .violate("I3", format!("WorkerDeployment {name} is not deleted"));
                 break;
             }
+            tend_left_behind(run).await;
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     }

@@ -27,6 +27,9 @@
 //! - a `temporalNamespace` change mid-drain (once per WorkerDeployment: a long pinned workflow
 //!   and a new image make its current version Draining, then it moves): its Draining versions
 //!   must keep their workers in the namespace it left, their pinned workflows complete there;
+//! - another server mid-drain: the same with `connectionRef` changed to a ClusterConnection of
+//!   a second dev server (the versions left on the first are deleted by hand once drained
+//!   there, as docs/safety.md asks a person to: `operator.rs`);
 //! - by the driver, one round in three: a WorkerDeployment deleted while its previous version
 //!   drains a pinned workflow (every other time with both replicas down), then created again
 //!   (`deletions.rs`).
@@ -63,6 +66,7 @@
 mod deletions;
 mod faults;
 mod invariants;
+mod operator;
 mod replicas;
 mod report;
 mod rollouts;
@@ -222,6 +226,9 @@ struct Report {
     /// Where each WorkerDeployment's versions have been registered, oldest first (absent: only
     /// [`Run::home`]); the last is where its spec points now.
     places: BTreeMap<String, Vec<Place>>,
+    /// Deployments of versions left on a server moved away from, deleted by the run as
+    /// docs/safety.md asks a person to (`operator.rs`).
+    deleted_by_hand: u64,
     /// Worker deployments a deleted WorkerDeployment left where it had moved away from.
     left_behind: Vec<String>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.

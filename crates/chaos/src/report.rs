@@ -92,6 +92,10 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         );
     }
     println!(
+        "Deployments of versions left on a server moved away from, deleted by hand once drained there (docs/safety.md): {}",
+        report.deleted_by_hand
+    );
+    println!(
         "worker deployments left where a WorkerDeployment moved away from (not cleaned up there, docs/safety.md): {}",
         report.left_behind.len()
     );

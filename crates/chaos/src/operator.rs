@@ -1,0 +1,54 @@
+//! The person's part, as docs/safety.md asks it: a version whose workers use a previous
+//! connection (its WorkerDeployment moved to another server) cannot be read by the controller
+//! any more, so it keeps those workers and names them until someone deletes their Deployment
+//! once Temporal reports the version drained where it polls. The run does that here, reading
+//! the server left with its own client.
+
+use kube::api::DeleteParams;
+use twc_controller::plan::build_id;
+
+use crate::Run;
+use crate::temporal_view::Status;
+
+/// Deletes the Deployment of every version left on a server its WorkerDeployment moved away
+/// from, once Temporal there reports it Drained (or never routed to) and the server it moved
+/// to does not know it.
+pub(crate) async fn tend_left_behind(run: &Run<'_>) {
+    for name in &run.names {
+        let here = run.place_of(name);
+        let left: Vec<_> = run
+            .left_places_of(name)
+            .into_iter()
+            .filter(|p| p.server != here.server)
+            .collect();
+        if left.is_empty() {
+            continue;
+        }
+        let Some(current) = run.describe(name).await else {
+            continue;
+        };
+        for place in left {
+            let Some(view) = run.describe_at(name, &place).await else {
+                continue;
+            };
+            for (build, status) in &view.versions {
+                if !matches!(status, Status::Drained | Status::Inactive)
+                    || current.versions.contains_key(build)
+                {
+                    continue;
+                }
+                let deployment = build_id::deployment_name(name, build);
+                if matches!(run.deployments().get_opt(&deployment).await, Ok(Some(_)))
+                    && run
+                        .deployments()
+                        .delete(&deployment, &DeleteParams::default())
+                        .await
+                        .is_ok()
+                {
+                    println!("   by hand: deleted {deployment}, {status:?} at {place}");
+                    run.report().deleted_by_hand += 1;
+                }
+            }
+        }
+    }
+}
