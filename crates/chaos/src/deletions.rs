@@ -152,8 +152,9 @@ pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, place: &Place, le
                     "{name}: {place}, moved away from, keeps its worker deployment ({} versions)",
                     state.versions.len()
                 );
-                println!("   note: {note}");
-                run.report().left_behind.push(note);
+                if run.report().left_behind.insert(note.clone()) {
+                    println!("   note: {note}");
+                }
                 return;
             }
             Some(state) if state.exists => {

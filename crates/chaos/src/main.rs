@@ -28,8 +28,8 @@
 //!   and a new image make its current version Draining, then it moves): its Draining versions
 //!   must keep their workers in the namespace it left, their pinned workflows complete there;
 //! - another server mid-drain: the same with `connectionRef` changed to a ClusterConnection of
-//!   a second dev server (the versions left on the first are deleted by hand once drained
-//!   there, as docs/safety.md asks a person to: `operator.rs`);
+//!   a second dev server (after either move, the versions left behind are deleted by hand once
+//!   drained where they poll, as docs/safety.md asks a person to: `operator.rs`);
 //! - by the driver, one round in three: a WorkerDeployment deleted while its previous version
 //!   drains a pinned workflow (every other time with both replicas down), then created again
 //!   (`deletions.rs`).
@@ -230,7 +230,7 @@ struct Report {
     /// docs/safety.md asks a person to (`operator.rs`).
     deleted_by_hand: u64,
     /// Worker deployments a deleted WorkerDeployment left where it had moved away from.
-    left_behind: Vec<String>,
+    left_behind: std::collections::BTreeSet<String>,
     /// (WorkerDeployment, build ID) whose Deployment a scaler set to [`SCALED`] replicas.
     scaled: Vec<(String, String)>,
     /// WorkerDeployments a scaler's WorkerResourceTemplate was created for: the scaler owns

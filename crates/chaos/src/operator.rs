@@ -1,8 +1,8 @@
-//! The person's part, as docs/safety.md asks it: a version whose workers use a previous
-//! connection (its WorkerDeployment moved to another server) cannot be read by the controller
-//! any more, so it keeps those workers and names them until someone deletes their Deployment
-//! once Temporal reports the version drained where it polls. The run does that here, reading
-//! the server left with its own client.
+//! The person's part, as docs/safety.md asks it: a version left where its WorkerDeployment
+//! moved away from (another Temporal namespace, or a previous connection the controller cannot
+//! read any more) is kept as it is, its workers running and named (`VersionsKept`), until
+//! someone deletes its Deployment once Temporal reports the version drained where it polls.
+//! The run does that here, reading the place left with its own client.
 
 use kube::api::DeleteParams;
 use twc_controller::plan::build_id;
@@ -10,17 +10,12 @@ use twc_controller::plan::build_id;
 use crate::Run;
 use crate::temporal_view::Status;
 
-/// Deletes the Deployment of every version left on a server its WorkerDeployment moved away
-/// from, once Temporal there reports it Drained (or never routed to) and the server it moved
-/// to does not know it.
+/// Deletes the Deployment of every version left where its WorkerDeployment moved away from,
+/// once Temporal there reports it Drained (or never routed to) and the place it moved to does
+/// not know it.
 pub(crate) async fn tend_left_behind(run: &Run<'_>) {
     for name in &run.names {
-        let here = run.place_of(name);
-        let left: Vec<_> = run
-            .left_places_of(name)
-            .into_iter()
-            .filter(|p| p.server != here.server)
-            .collect();
+        let left = run.left_places_of(name);
         if left.is_empty() {
             continue;
         }
