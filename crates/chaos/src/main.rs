@@ -464,7 +464,7 @@ async fn main() -> anyhow::Result<()> {
     // The replicas reach the apiserver through a proxy that answers 409 and 500 on demand.
     let api_proxy = ApiProxy::start(&cp.server_url, &cp.ca_pem).await?;
     let kubeconfig = dir.join("controllers.kubeconfig");
-    cp.write_kubeconfig_via(&api_proxy.url, &kubeconfig)?;
+    api_proxy.write_kubeconfig(cp.kubeconfig(), &kubeconfig)?;
     let controllers = Mutex::new([
         start_replica(&kubeconfig, &dir, 0)?,
         start_replica(&kubeconfig, &dir, 1)?,

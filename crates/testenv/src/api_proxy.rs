@@ -111,6 +111,23 @@ impl ApiProxy {
         Ok(Self { url, shared, task })
     }
 
+    /// Writes to `path` the kubeconfig `through` (the admin one, [`ControlPlane::kubeconfig`])
+    /// with this proxy in place of the apiserver's URL.
+    ///
+    /// [`ControlPlane::kubeconfig`]: crate::control_plane::ControlPlane::kubeconfig
+    pub fn write_kubeconfig(
+        &self,
+        mut through: serde_json::Value,
+        path: &std::path::Path,
+    ) -> Result<(), Error> {
+        if let Some(clusters) = through["clusters"].as_array_mut() {
+            for c in clusters {
+                c["cluster"]["server"] = serde_json::json!(self.url);
+            }
+        }
+        std::fs::write(path, through.to_string()).map_err(|e| Error::io("api proxy", path, e))
+    }
+
     /// Turns faults on (or off, with the default) from the next request on.
     pub fn set_faults(&self, faults: Faults) {
         self.shared

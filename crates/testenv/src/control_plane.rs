@@ -441,13 +441,6 @@ impl ControlPlane {
         client_from_kubeconfig(self.kubeconfig()).await
     }
 
-    /// Writes to `path` the admin kubeconfig with `server` in place of the apiserver's URL
-    /// (a proxy in front of it, [`crate::api_proxy::ApiProxy`]).
-    pub fn write_kubeconfig_via(&self, server: &str, path: &Path) -> Result<(), Error> {
-        let config = kubeconfig_json(server, &self.ca_pem, &self.admin_token);
-        std::fs::write(path, config.to_string()).map_err(|e| Error::io("testenv", path, e))
-    }
-
     /// A client that authenticates with a bearer `token`.
     pub async fn client_with_token(&self, token: &str) -> Result<Client, Error> {
         client_from_kubeconfig(kubeconfig_json(&self.server_url, &self.ca_pem, token)).await

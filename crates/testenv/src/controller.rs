@@ -47,8 +47,7 @@ impl Controller {
     }
 
     /// [`Controller::start_named`], reaching the apiserver through `kubeconfig` (a proxy's,
-    /// from
-    /// [`crate::control_plane::ControlPlane::write_kubeconfig_via`]).
+    /// from [`crate::api_proxy::ApiProxy::write_kubeconfig`]).
     pub fn start_named_via(
         kubeconfig: &Path,
         dir: &Path,

@@ -436,7 +436,7 @@ async fn apiserver_proxy_injects_conflicts_and_lost_answers() -> TestResult {
     let cp = &env.control_plane;
     let proxy = ApiProxy::start(&cp.server_url, &cp.ca_pem).await?;
     let kubeconfig = tempfile::NamedTempFile::new()?;
-    cp.write_kubeconfig_via(&proxy.url, kubeconfig.path())?;
+    proxy.write_kubeconfig(cp.kubeconfig(), kubeconfig.path())?;
     let config: kube::config::Kubeconfig =
         serde_json::from_str(&std::fs::read_to_string(kubeconfig.path())?)?;
     let config =
