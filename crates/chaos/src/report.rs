@@ -92,7 +92,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         );
     }
     println!(
-        "Deployments of versions left on a server moved away from, deleted by hand once drained there (docs/safety.md): {}",
+        "Deployments of versions a move left behind, deleted by hand once drained where they poll (docs/safety.md): {}",
         report.deleted_by_hand
     );
     println!(
