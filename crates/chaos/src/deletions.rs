@@ -16,9 +16,8 @@ use kube::api::{DeleteParams, PostParams};
 use crate::faults::{Fault, kill};
 use crate::operator::tend_left_behind;
 use crate::replicas::{Replica, restart_stopped};
-use crate::rollouts::{pin, set_image};
+use crate::rollouts::make_current_drain;
 use crate::setup::worker_deployment;
-use crate::temporal_view::Status;
 use crate::{IMAGE, Place, Rng, Run};
 
 /// Deletes WorkerDeployment `i` mid-rollout and creates it again at round `round`'s image.
@@ -38,46 +37,16 @@ pub(crate) async fn delete_and_recreate(
     } else {
         Fault::DeleteWhileDraining
     };
-    let mut state = None;
-    for _ in 0..20 {
-        state = run.describe(name).await;
-        if state.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    }
-    let Some(old) = state.and_then(|s| s.current) else {
-        println!("   {name} has no current version now: rolled out without a deletion");
-        set_image(run, name, &format!("{IMAGE}:r{round}")).await;
-        return Ok(());
-    };
-    // Long enough to outlast the rollout (a Progressive one pauses 30 s at 50 %) and the
-    // deletion's first passes.
-    let seconds = rng.between(60, 75).to_string();
     let image = format!("{IMAGE}:r{round}");
-    {
+    let old = {
         let _moving = run.spec_lock.lock().await;
         let id = format!("pinned-{name}-r{round}-deleted");
-        pin(run, name, &id, &seconds).await;
-        set_image(run, name, &image).await;
-    }
-    let deadline = Instant::now() + run.converge;
-    loop {
-        let state = run.describe(name).await;
-        let status = state.and_then(|s| s.versions.get(&old).copied());
-        if status == Some(Status::Draining) {
-            break;
-        }
-        if matches!(status, Some(Status::Drained | Status::Inactive)) {
-            println!("   {old} of {name} drained before it was deleted: not deleted");
-            return Ok(());
-        }
-        if Instant::now() > deadline {
-            println!("   {old} of {name} was never seen Draining: not deleted");
-            return Ok(());
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+        make_current_drain(run, rng, name, &id, &image).await
+    };
+    let Some(old) = old else {
+        println!("   {name}: rolled out without a deletion");
+        return Ok(());
+    };
     if down {
         kill(controllers, 0)?;
         kill(controllers, 1)?;

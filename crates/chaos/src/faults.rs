@@ -15,9 +15,8 @@ use twc_testenv::api_proxy::Faults;
 
 use crate::invariants::pod_ready;
 use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
-use crate::rollouts::{converged, pin, set_image};
+use crate::rollouts::{converged, make_current_drain, set_image};
 use crate::setup::{client_secret, connection_ref};
-use crate::temporal_view::Status;
 use crate::{BLIPS, CLUSTER_CONNECTION_B, IMAGE, MTLS_SECRET, Place, Rng, Run, SCALED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -343,40 +342,17 @@ async fn move_away(run: &Run<'_>, rng: &mut Rng, to_server: bool) -> anyhow::Res
     }
     let (name, here) =
         chosen.context("no WorkerDeployment at its target that has not moved yet")?;
-    let old = run
-        .describe(name)
-        .await
-        .and_then(|s| s.current)
-        .context("Temporal unreadable")?;
-    let seconds = rng.between(60, 75).to_string();
-    pin(
-        run,
-        name,
-        &format!("pinned-{name}-moved-{to_server}"),
-        &seconds,
-    )
-    .await;
     // A real node has the blips it was given (tag_images).
     let blips = if run.env.node().is_some() {
         BLIPS
     } else {
         1_000_000
     };
-    set_image(run, name, &format!("{IMAGE}:blip-{}", rng.next() % blips)).await;
-    let deadline = Instant::now() + run.converge;
-    loop {
-        let draining = run
-            .describe(name)
-            .await
-            .is_some_and(|s| s.versions.get(&old) == Some(&Status::Draining));
-        if draining && converged(run, name).await == Some(true) {
-            break;
-        }
-        if Instant::now() > deadline {
-            bail!("{name} did not reach its new image with {old} Draining in time");
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
-    }
+    let image = format!("{IMAGE}:blip-{}", rng.next() % blips);
+    let id = format!("pinned-{name}-moved-{to_server}");
+    let old = make_current_drain(run, rng, name, &id, &image)
+        .await
+        .context("no version of it could be made to drain")?;
     let (there, patch) = if to_server {
         let there = Place {
             server: 1,

@@ -12,6 +12,7 @@ use crate::deletions::temporal_forgot;
 use crate::operator::tend_left_behind;
 use crate::rollouts::converged_with;
 use crate::temporal_view::{Status, View};
+use crate::watch::taken_away;
 use crate::{
     CALL_TIMEOUT, CLUSTER_CONNECTION, CLUSTER_CONNECTION_B, CONNECTION, OBSERVE_EVERY, Place, Run,
     SCALED,
@@ -65,7 +66,7 @@ pub(crate) async fn observe(run: &Run<'_>) {
                 all_converged = false;
             }
         }
-        // Every 2 s, the person's part of a move to another server.
+        // Every 2 s, the person's part after a move (operator.rs).
         if run.report().observations.is_multiple_of(10) {
             tend_left_behind(run).await;
         }
@@ -155,18 +156,14 @@ async fn lacks_workers(
         return Some("its Deployment is gone".into());
     };
     // Being deleted is gone: its pods are on their way out.
-    if d.metadata.deletion_timestamp.is_some() {
-        return Some("its Deployment is being deleted".into());
+    if let Some(problem) = taken_away(&d, false) {
+        return Some(problem.into());
     }
-    let spec = d.spec.as_ref().and_then(|s| s.replicas);
     let ready = d
         .status
         .as_ref()
         .and_then(|s| s.ready_replicas)
         .unwrap_or(0);
-    if spec == Some(0) {
-        return Some("its Deployment is scaled to 0".into());
-    }
     // A draining version's pods may be restarting; only routing needs ready ones.
     if why == "draining" {
         return None;

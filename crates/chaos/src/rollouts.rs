@@ -11,7 +11,7 @@ use twc_controller::plan::target_build_id;
 
 use crate::deletions::delete_and_recreate;
 use crate::replicas::Replica;
-use crate::temporal_view::View;
+use crate::temporal_view::{Status, View};
 
 use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
 
@@ -112,6 +112,55 @@ pub(crate) async fn drive(
         println!("   round {round}/{rounds}: {rollouts} rollouts done, {faults} faults so far");
     }
     Ok(())
+}
+
+/// Makes `name`'s current version Draining: a pinned workflow `id` of 60-75 s on it (long
+/// enough to outlast a rollout, a Progressive one pausing 30 s at 50 %), then `image`; waits
+/// until that version is Draining and the new one is the spec's target, converged. The
+/// version, or None (printed why) when there was no current version to read, it drained
+/// before it was seen Draining, or the rollout did not converge within the bound.
+pub(crate) async fn make_current_drain(
+    run: &Run<'_>,
+    rng: &mut Rng,
+    name: &str,
+    id: &str,
+    image: &str,
+) -> Option<String> {
+    let mut current = None;
+    for _ in 0..20 {
+        if let Some(state) = run.describe(name).await {
+            current = state.current;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    let seconds = rng.between(60, 75).to_string();
+    let Some(old) = current else {
+        println!("   {name} has no current version to drain now");
+        set_image(run, name, image).await;
+        return None;
+    };
+    pin(run, name, id, &seconds).await;
+    set_image(run, name, image).await;
+    let deadline = Instant::now() + run.converge;
+    loop {
+        let status = run
+            .describe(name)
+            .await
+            .and_then(|s| s.versions.get(&old).copied());
+        if status == Some(Status::Draining) && converged(run, name).await == Some(true) {
+            return Some(old);
+        }
+        if matches!(status, Some(Status::Drained | Status::Inactive)) {
+            println!("   {old} of {name} drained before it was seen Draining");
+            return None;
+        }
+        if Instant::now() > deadline {
+            println!("   {old} of {name} was not seen Draining with its successor converged");
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
 }
 
 /// Starts pinned workflow `id` on `name`'s current version, sleeping `seconds`, and records

@@ -34,25 +34,22 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
         "tls": {"serverName": SERVER_NAME, "caCertSecretRef": {"name": MTLS_SECRET}},
         "mutualTLSSecretRef": {"name": MTLS_SECRET}
     });
-    let cc: ClusterConnection = serde_json::from_value(json!({
-        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
-        "metadata": {"name": CLUSTER_CONNECTION},
-        "spec": spec
-    }))?;
-    Api::<ClusterConnection>::all(run.client.clone())
-        .create(&PostParams::default(), &cc)
-        .await?;
-    // The second server, through its own proxy; the same Secret (the same CA).
-    let mut spec_b = spec.clone();
-    spec_b["hostPort"] = json!(run.tls_address_b);
-    let cc_b: ClusterConnection = serde_json::from_value(json!({
-        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
-        "metadata": {"name": CLUSTER_CONNECTION_B},
-        "spec": spec_b
-    }))?;
-    Api::<ClusterConnection>::all(run.client.clone())
-        .create(&PostParams::default(), &cc_b)
-        .await?;
+    // One per server, each through its own proxy; the same Secret (the same CA).
+    for (cc_name, address) in [
+        (CLUSTER_CONNECTION, &run.tls_address),
+        (CLUSTER_CONNECTION_B, &run.tls_address_b),
+    ] {
+        let mut cc_spec = spec.clone();
+        cc_spec["hostPort"] = json!(address);
+        let cc: ClusterConnection = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+            "metadata": {"name": cc_name},
+            "spec": cc_spec
+        }))?;
+        Api::<ClusterConnection>::all(run.client.clone())
+            .create(&PostParams::default(), &cc)
+            .await?;
+    }
     let c: Connection = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "Connection",
         "metadata": {"name": CONNECTION, "namespace": run.ns},

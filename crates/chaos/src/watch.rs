@@ -21,16 +21,16 @@ use twc_controller::plan::build_id;
 use crate::Run;
 use crate::invariants::needs_workers;
 
-/// What a change of a versioned Deployment did to its workers, if it took them away.
-fn taken_away(d: &Deployment, deleted: bool) -> Option<&'static str> {
+/// What a change of a versioned Deployment did to its workers, if it took them away (the
+/// observer's look asks the same of the Deployment it reads).
+pub(crate) fn taken_away(d: &Deployment, deleted: bool) -> Option<&'static str> {
     if deleted {
         return Some("its Deployment was deleted");
     }
     if d.metadata.deletion_timestamp.is_some() {
         return Some("its Deployment is being deleted");
     }
-    (d.spec.as_ref().and_then(|s| s.replicas) == Some(0))
-        .then_some("its Deployment was scaled to 0")
+    (d.spec.as_ref().and_then(|s| s.replicas) == Some(0)).then_some("its Deployment is scaled to 0")
 }
 
 /// Watches the run's Deployments until the driver is done; judges every change that takes

@@ -41,9 +41,7 @@ impl Controller {
         identity: &str,
         extra: &[&str],
     ) -> Result<Self, Error> {
-        let mut args = FAST.to_vec();
-        args.extend_from_slice(extra);
-        Self::start_with_args(env, dir, name, identity, &args)
+        Self::start_named_via(&env.kubeconfig_path, dir, name, identity, extra)
     }
 
     /// [`Controller::start_named`], reaching the apiserver through `kubeconfig` (a proxy's,
