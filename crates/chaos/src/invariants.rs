@@ -191,7 +191,13 @@ async fn unlisted(run: &Run<'_>, name: &str, build: &str, place: &Place) -> Opti
     {
         return None;
     }
-    let selector = format!("{}={build}", twc_api::labels::BUILD_ID);
+    // Both labels: two WorkerDeployments with the same template have the same build ID, and
+    // one's pods say nothing about the other's workers.
+    let selector = format!(
+        "{}={name},{}={build}",
+        twc_api::labels::DEPLOYMENT_NAME,
+        twc_api::labels::BUILD_ID
+    );
     let pods = Api::<Pod>::namespaced(run.client.clone(), &run.ns)
         .list(&ListParams::default().labels(&selector))
         .await
