@@ -42,6 +42,11 @@ pub const SKIP_DRAINAGE_ANNOTATION: &str = "temporal.io/skip-drainage";
 /// choice; the controller never skips the cleanup on its own.
 pub const SKIP_TEMPORAL_CLEANUP_ANNOTATION: &str = "temporal.io/skip-temporal-cleanup";
 
+/// Not in TWC: set to `"false"` on a WorkerDeployment whose workers reload their credentials
+/// themselves, the controller does not restart them when a credential Secret's content changes
+/// (it restarts them by default: workers read their certificate or API key once, at start).
+pub const RESTART_ON_SECRET_CHANGE_ANNOTATION: &str = "temporal.io/restart-on-secret-change";
+
 /// The rollout controls: annotations on a WorkerDeployment that a person (`kubectl annotate`,
 /// `twc pause|resume|promote|abort|retry`) or a GitOps tool sets. The controller reads them and
 /// never writes them; what it acted on is in `status.controls`.
@@ -72,6 +77,10 @@ pub mod labels {
     pub const CONNECTION_SPEC_HASH: &str = "temporal.io/connection-spec-hash";
     /// Pod annotation: hash of the user's pod template.
     pub const POD_TEMPLATE_SPEC_HASH: &str = "temporal.io/pod-template-spec-hash";
+    /// Not in TWC. On a versioned Deployment: the digest of the credential Secrets' content
+    /// its pods started with. On its pod template, set only when the content changed, to
+    /// restart the pods with the new content (same build ID).
+    pub const CREDENTIALS_DIGEST: &str = "temporal.io/credentials-digest";
 }
 
 /// Condition types and reasons, the same strings as TWC.

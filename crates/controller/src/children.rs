@@ -152,6 +152,10 @@ impl From<wire::Deployment> for CachedDeployment {
             })
         };
         let mut metadata = d.metadata;
+        let credentials_digest = metadata
+            .annotations
+            .as_mut()
+            .and_then(|a| a.remove(twc_api::labels::CREDENTIALS_DIGEST));
         // Of the labels only the build ID is read; the rest (the template's, copied to each
         // version) were half of what this cache held.
         if let Some(labels) = metadata.labels.as_mut() {
@@ -174,6 +178,7 @@ impl From<wire::Deployment> for CachedDeployment {
             unavailable_since: since("False"),
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
+            credentials_digest,
             temporal_namespace,
             strategy,
             // Filled from the metadata when observed (not kept twice in the cache).
@@ -262,6 +267,10 @@ mod tests {
             unavailable_since: since("False"),
             connection_hash: annotation(twc_api::labels::CONNECTION_SPEC_HASH),
             template_digest: annotation(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
+            credentials_digest: d
+                .annotations()
+                .get(twc_api::labels::CREDENTIALS_DIGEST)
+                .cloned(),
             temporal_namespace: template
                 .and_then(|t| t.spec.as_ref())
                 .into_iter()

@@ -32,6 +32,9 @@ pub struct ObservedDeployment {
     pub unavailable_since: Option<SystemTime>,
     pub connection_hash: Option<String>,
     pub template_digest: Option<String>,
+    /// The digest of the credential Secrets' content its pods started with, as recorded on
+    /// the Deployment (None: not recorded, as on a Deployment TWC created).
+    pub credentials_digest: Option<String>,
     /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
     /// not known.
     pub temporal_namespace: Option<String>,
@@ -64,6 +67,9 @@ pub struct Observed {
     /// Whether the target's task queues have active pollers, looked at once it is current
     /// (None: not looked at).
     pub pollers: Option<Pollers>,
+    /// The digest of the credential Secrets' content as the connection reads them now (None:
+    /// the connection names no Secret, or it was not read).
+    pub secrets_digest: Option<String>,
 }
 
 /// Whether a current version's task queues have active pollers (TWC #448).
@@ -118,6 +124,7 @@ impl Observed {
             target_pods: Vec::new(),
             pods_due: None,
             pollers: None,
+            secrets_digest: None,
         }
     }
 }

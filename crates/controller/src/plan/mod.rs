@@ -2,6 +2,7 @@
 //! now) to a plan. No client in sight; every rule is a table-driven test.
 
 pub mod build_id;
+pub mod credentials;
 pub mod deployment;
 mod gates;
 pub mod guard;
@@ -25,6 +26,7 @@ pub use crate::observed::{
     Counted, DeploymentState, Observed, ObservedDeployment, PodTrouble, StepGates, TargetObserved,
     TaskQueueRef,
 };
+pub use credentials::CredentialsWrite;
 pub use gates::{failed_step_gate, gates_may_start, retry_token, step_gate_id};
 pub use kept::{Kept, Unaccounted};
 use retire::RETIRE_AGAIN;
@@ -143,6 +145,8 @@ pub struct Plan {
     /// (Deployment name, strategy): versions whose Deployment's `spec.strategy` differs from
     /// `spec.deploymentStrategy` (with `apps/v1`'s defaults); patched in place, no pod rolls.
     pub restrategy: Vec<(String, DeploymentStrategy)>,
+    /// Credential digests to record, and restarts for changed credential Secrets.
+    pub credentials: Vec<CredentialsWrite>,
     /// Gate workflows to start on the target (before any routing change).
     pub start_gates: Vec<GateStart>,
     /// Claim the manager identity before the routing change.
@@ -317,6 +321,8 @@ pub fn plan_with(
                 .iter()
                 .any(|a| a.metadata.name.as_deref() == Some(name))
     });
+
+    credentials::plan_credentials(wd, observed, &desired_conn_hash, &mut plan);
 
     let guard = guard::assess(wd, &target, observed);
     if let Some(at) = guard.deadline_at {

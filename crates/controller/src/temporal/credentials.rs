@@ -6,6 +6,7 @@ use std::time::{Duration, SystemTime};
 use k8s_openapi::api::core::v1::Secret;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use sha2::{Digest, Sha256};
 use twc_api::{AuthMode, ConnectionSpec};
 
 /// Re-dial (and treat as invalid) a client certificate this long before it expires.
@@ -42,6 +43,8 @@ impl std::fmt::Debug for Credentials {
 pub struct Auth {
     pub credentials: Credentials,
     pub ca_pem: Option<Vec<u8>>,
+    /// [`secrets_digest`] of the Secrets it was built from.
+    pub secrets_digest: Option<String>,
 }
 
 impl Auth {
@@ -158,7 +161,53 @@ pub fn auth_from_secrets(
     Ok(Auth {
         credentials,
         ca_pem,
+        secrets_digest: secrets_digest(spec, credential_secret, ca_secret),
     })
+}
+
+/// A digest of the credential Secrets' content as the worker pods see it: the whole mTLS
+/// Secret and the whole CA Secret (each mounted as a volume), only the API key's own key (an
+/// environment variable). None when the connection names no Secret. It tells whether what the
+/// workers read changed, nothing of what it is (SHA-256 over names and bytes).
+pub fn secrets_digest(
+    spec: &ConnectionSpec,
+    credential_secret: Option<&Secret>,
+    ca_secret: Option<&Secret>,
+) -> Option<String> {
+    let mut h = Sha256::new();
+    let mut any = false;
+    let mut add = |role: &str, secret: Option<&Secret>, only: Option<&str>| {
+        any = true;
+        h.update(role.as_bytes());
+        h.update([0]);
+        let data = secret.and_then(|s| s.data.as_ref());
+        for (k, v) in data.into_iter().flatten() {
+            if only.is_some_and(|o| o != k) {
+                continue;
+            }
+            // Lengths first: no two different contents hash the same bytes.
+            h.update((k.len() as u64).to_be_bytes());
+            h.update(k.as_bytes());
+            h.update((v.0.len() as u64).to_be_bytes());
+            h.update(&v.0);
+        }
+    };
+    match spec.auth_mode() {
+        AuthMode::MutualTls => add("mtls", credential_secret, None),
+        AuthMode::ApiKey => {
+            let key = spec.api_key_secret_ref.as_ref().map(|r| r.key.as_str());
+            add("api-key", credential_secret, Some(key.unwrap_or_default()));
+        }
+        AuthMode::None => {}
+    }
+    if spec
+        .tls
+        .as_ref()
+        .is_some_and(|t| t.ca_cert_secret_ref.is_some())
+    {
+        add("ca", ca_secret, None);
+    }
+    any.then(|| h.finalize().iter().map(|b| format!("{b:02x}")).collect())
 }
 
 fn key(secret: &Secret, key: &str) -> Option<Vec<u8>> {
@@ -224,6 +273,69 @@ mod tests {
             "metadata": {"name": "s"}, "type": "kubernetes.io/tls", "stringData": data
         }))
         .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn with_data(data: &[(&str, &str)]) -> Secret {
+        use k8s_openapi::ByteString;
+        Secret {
+            data: Some(
+                data.iter()
+                    .map(|(k, v)| (k.to_string(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Default::default()
+        }
+    }
+
+    fn spec(v: serde_json::Value) -> ConnectionSpec {
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The digest changes with what a worker reads, and only with that.
+    #[test]
+    fn the_secrets_digest_follows_what_the_workers_read() {
+        let mtls = spec(serde_json::json!({"hostPort": "t:7233",
+            "mutualTLSSecretRef": {"name": "cert"}}));
+        let old = with_data(&[("tls.crt", "a"), ("tls.key", "k")]);
+        let renewed = with_data(&[("tls.crt", "b"), ("tls.key", "k")]);
+        let mut labelled = old.clone();
+        labelled.metadata.labels = Some([("x".to_string(), "y".to_string())].into());
+        let digest = |spec: &ConnectionSpec, s: &Secret, ca: Option<&Secret>| {
+            secrets_digest(spec, Some(s), ca).unwrap_or_else(|| panic!("no digest"))
+        };
+        assert_ne!(digest(&mtls, &old, None), digest(&mtls, &renewed, None));
+        assert_eq!(digest(&mtls, &old, None), digest(&mtls, &labelled, None));
+        // Keys and values cannot trade bytes.
+        let shifted = with_data(&[("tls.crt", "ak"), ("tls.key", "")]);
+        assert_ne!(digest(&mtls, &old, None), digest(&mtls, &shifted, None));
+
+        // An API key: only its own key is read (an environment variable).
+        let api = spec(serde_json::json!({"hostPort": "t:7233",
+            "apiKeySecretRef": {"name": "keys", "key": "a"}}));
+        let keys = with_data(&[("a", "1"), ("b", "2")]);
+        let other_changed = with_data(&[("a", "1"), ("b", "3")]);
+        let own_changed = with_data(&[("a", "9"), ("b", "2")]);
+        assert_eq!(
+            digest(&api, &keys, None),
+            digest(&api, &other_changed, None)
+        );
+        assert_ne!(digest(&api, &keys, None), digest(&api, &own_changed, None));
+
+        // A CA Secret is mounted whole.
+        let mut with_ca = mtls.clone();
+        with_ca.tls =
+            serde_json::from_value(serde_json::json!({"caCertSecretRef": {"name": "ca"}}))
+                .unwrap_or_else(|e| panic!("{e}"));
+        let ca = with_data(&[("ca.crt", "c1")]);
+        let new_ca = with_data(&[("ca.crt", "c2")]);
+        assert_ne!(
+            digest(&with_ca, &old, Some(&ca)),
+            digest(&with_ca, &old, Some(&new_ca))
+        );
+
+        // No Secret, nothing to restart for.
+        let plain = spec(serde_json::json!({"hostPort": "t:7233"}));
+        assert_eq!(secrets_digest(&plain, None, None), None);
     }
 
     /// The controller trusts what the workers are told: `tls.caCertSecretRef` when set (also

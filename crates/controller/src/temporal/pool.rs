@@ -63,6 +63,8 @@ struct Entry {
     redial_at: Option<SystemTime>,
     /// When its client certificate expires (mTLS).
     not_after: Option<SystemTime>,
+    /// The digest of the credential Secrets' content it was dialled with.
+    secrets_digest: Option<String>,
     /// When a reconcile last asked for it.
     used_at: SystemTime,
 }
@@ -175,11 +177,18 @@ impl ClientPool {
                     server_version,
                     redial_at: auth.redial_at(),
                     not_after: auth.not_after(),
+                    secrets_digest: auth.secrets_digest.clone(),
                     used_at: SystemTime::now(),
                 },
             );
         }
         Ok(connection)
+    }
+
+    /// The digest of the credential Secrets' content the pooled client for `key` was dialled
+    /// with (what its key's Secret versions hold; None: not pooled, or no Secret).
+    pub fn secrets_digest(&self, key: &PoolKey) -> Option<String> {
+        self.entries.lock().ok()?.get(key)?.secrets_digest.clone()
     }
 
     /// The version of the server behind the pooled client for `key`, as it reported it when
@@ -402,6 +411,7 @@ mod tests {
         let auth = Auth {
             credentials: Credentials::None,
             ca_pem: None,
+            secrets_digest: None,
         };
         // Nothing listens on port 1.
         assert!(pool.dial(key.clone(), &auth).await.is_err());

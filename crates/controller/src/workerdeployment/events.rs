@@ -62,6 +62,16 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 "DeploymentStrategyApplied",
                 format!("set the strategy of Deployment {deployment} to spec.deploymentStrategy"),
             )),
+            Done::CredentialsRecorded {
+                deployment,
+                build,
+                restarted: true,
+            } => Some(normal(
+                "CredentialsChanged",
+                format!(
+                    "restarting the pods of Deployment {deployment} (buildID {build}): the content of a credential Secret of its connection changed, and workers read it only at start"
+                ),
+            )),
             Done::Reconnected { deployment, build } => Some(normal(
                 "DeploymentReconnected",
                 format!(
@@ -112,6 +122,7 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 format!("buildID {build} ramps at {percentage}%"),
             )),
             Done::Applied { .. }
+            | Done::CredentialsRecorded { .. }
             | Done::Scaled { .. }
             | Done::ClaimedManager
             | Done::RampCleared => None,

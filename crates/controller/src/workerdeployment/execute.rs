@@ -43,6 +43,13 @@ pub enum Done {
     Restrategized {
         deployment: String,
     },
+    /// The digest of the credential Secrets' content was recorded on a Deployment; with
+    /// `restarted`, on its pod template too: its pods restart with the new content.
+    CredentialsRecorded {
+        deployment: String,
+        build: String,
+        restarted: bool,
+    },
     DeletedDeployment {
         deployment: String,
     },
@@ -190,7 +197,12 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             None => None,
         };
         match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, conn)) {
-            Some(d) => {
+            Some(mut d) => {
+                // Its pods restart with the Secrets as they are now.
+                if let Some(digest) = &observed.secrets_digest {
+                    d.annotations_mut()
+                        .insert(twc_api::labels::CREDENTIALS_DIGEST.into(), digest.clone());
+                }
                 apply(&deployments, &d).await?;
                 applied.done.push(Done::Reconnected {
                     deployment: d.name_any(),
@@ -221,6 +233,37 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             Err(e) => {
                 return Err(Error::kube_write(
                     format!("set the strategy of Deployment {ns}/{name}"),
+                    &e,
+                ));
+            }
+        }
+    }
+    for write in &plan.credentials {
+        let digest = json!({twc_api::labels::CREDENTIALS_DIGEST: write.digest});
+        let mut body = json!({"metadata": {"annotations": digest}});
+        if write.restart {
+            body["spec"] = json!({"template": {"metadata": {"annotations": digest}}});
+        }
+        match deployments
+            .patch(
+                &write.deployment,
+                &PatchParams::default(),
+                &Patch::Merge(body),
+            )
+            .await
+        {
+            Ok(_) => applied.done.push(Done::CredentialsRecorded {
+                deployment: write.deployment.clone(),
+                build: write.build.clone(),
+                restarted: write.restart,
+            }),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                return Err(Error::kube_write(
+                    format!(
+                        "record the credentials of Deployment {ns}/{}",
+                        write.deployment
+                    ),
                     &e,
                 ));
             }

@@ -401,6 +401,7 @@ async fn pipeline(
     // budget and the read (a scaler that appeared meanwhile owns the replicas), the target's
     // pods, and Temporal's state as known.
     let mut observed = observe::kubernetes(wd, ctx, now);
+    observed.secrets_digest = temporal.secrets_digest.clone();
     observe::target_pods(wd, ctx, &mut observed, &target);
     observed.temporal = state;
     if let Some(t) = known_target {

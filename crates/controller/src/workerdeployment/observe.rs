@@ -43,6 +43,8 @@ pub struct Temporal {
     pub deployment_name: String,
     /// The server's version, as it reported it when the client was dialled.
     pub server_version: Option<String>,
+    /// The digest of the credential Secrets' content the client was dialled with.
+    pub secrets_digest: Option<String>,
 }
 
 impl Temporal {
@@ -79,6 +81,7 @@ pub async fn temporal(
     .await?;
     Ok(Temporal {
         server_version: ctx.pool.server_version(&pool_key),
+        secrets_digest: ctx.pool.secrets_digest(&pool_key),
         conn,
         pool_key,
         deployment_name: build_id::temporal_deployment_name(&ns, &wd.name_any()),

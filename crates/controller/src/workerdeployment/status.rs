@@ -191,6 +191,7 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             | Done::Applied { .. }
             | Done::Reconnected { .. }
             | Done::Restrategized { .. }
+            | Done::CredentialsRecorded { .. }
             | Done::Scaled { .. }
             | Done::GateStartFailed { .. } => {}
         }

@@ -165,6 +165,7 @@ async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
     let auth = Auth {
         credentials: Credentials::None,
         ca_pem: None,
+        secrets_digest: None,
     };
     let other = w.env.temporal_namespace().await?;
     let used = PoolKey::new(&spec, "default", Vec::new());

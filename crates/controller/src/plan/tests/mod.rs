@@ -93,6 +93,7 @@ impl World {
             unavailable_since: None,
             connection_hash: Some(deployment::connection_hash(&conn())),
             template_digest: Some(self.template_digest.clone()),
+            credentials_digest: None,
             temporal_namespace: Some("default".into()),
             // As the apiserver stores a Deployment created without one.
             strategy: Some(twc_api::deployment_strategy::defaulted(&Default::default())),
@@ -300,6 +301,7 @@ fn failed(mut wd: WorkerDeployment, target: &str, reason: &str) -> WorkerDeploym
 }
 
 mod build_ids;
+mod credentials;
 mod deployments;
 mod gates;
 mod guarded;

@@ -1,0 +1,135 @@
+//! A credential Secret's content changed: the versions' pods restart with it; a digest not
+//! recorded yet is recorded without a restart.
+
+use super::*;
+
+impl World {
+    /// The connection's Secrets hold content of digest `digest` now.
+    fn secrets(mut self, digest: &str) -> Self {
+        self.observed.secrets_digest = Some(digest.into());
+        self
+    }
+
+    /// `build`'s pods started with Secrets of digest `digest`.
+    fn started_with(self, build: &str, digest: &str) -> Self {
+        self.edit_deployment(build, |d| d.credentials_digest = Some(digest.into()))
+    }
+}
+
+/// (build, restart) of each credentials write.
+fn writes(p: &Plan) -> Vec<(String, bool)> {
+    let mut w: Vec<_> = p
+        .credentials
+        .iter()
+        .map(|c| {
+            assert_eq!(c.digest, "new");
+            assert_eq!(c.deployment, build_id::deployment_name("w", &c.build));
+            (c.build.clone(), c.restart)
+        })
+        .collect();
+    w.sort();
+    w
+}
+
+#[test]
+fn changed_secrets_restart_every_running_version_on_the_connection() {
+    use VersionStatus::{Current, Drained, Draining};
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd)
+        .at(t(600))
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .started_with(&target, "old")
+        .deployment("draining", Some(2))
+        .version("draining", Draining)
+        .started_with("draining", "old")
+        .deployment("up-to-date", Some(1))
+        .version("up-to-date", Draining)
+        .started_with("up-to-date", "new")
+        .deployment("scaled-down", Some(0))
+        .drained_since("scaled-down", t(500))
+        .started_with("scaled-down", "old")
+        .deployment("adopted", Some(1))
+        .version("adopted", Draining)
+        .deployment("other-connection", Some(1))
+        .version("other-connection", Drained)
+        .stale_connection("other-connection")
+        .started_with("other-connection", "old")
+        .secrets("new")
+        .build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    assert_eq!(
+        writes(&p),
+        vec![
+            // TWC's or an older controller's: recorded, nothing restarts.
+            ("adopted".into(), false),
+            ("draining".into(), true),
+            // No pods to restart; the next start mounts the Secret as it is.
+            ("scaled-down".into(), false),
+            (target.clone(), true),
+        ]
+    );
+
+    // The same Secrets again: nothing to write.
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, Current)
+        .current(&target)
+        .started_with(&target, "new")
+        .secrets("new")
+        .build();
+    assert!(plan(&wd, &conn(), &me(), &o).credentials.is_empty());
+
+    // A connection without Secrets: nothing is recorded at all.
+    let mut o = o;
+    o.secrets_digest = None;
+    assert!(plan(&wd, &conn(), &me(), &o).credentials.is_empty());
+}
+
+#[test]
+fn a_new_deployment_carries_the_digest_and_an_opted_out_one_only_records_it() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let o = world(&wd).secrets("new").build();
+    let p = plan(&wd, &conn(), &me(), &o);
+    let created = p
+        .apply
+        .first()
+        .and_then(|d| d.metadata.annotations.as_ref())
+        .and_then(|a| a.get(twc_api::labels::CREDENTIALS_DIGEST));
+    assert_eq!(created.map(String::as_str), Some("new"));
+    // Its pod template does not: only a change restarts pods.
+    let template = p
+        .apply
+        .first()
+        .and_then(|d| d.spec.as_ref())
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref());
+    assert!(template.is_some_and(|a| !a.contains_key(twc_api::labels::CREDENTIALS_DIGEST)));
+
+    let mut opted_out = wd.clone();
+    opted_out.metadata.annotations = Some(
+        [(
+            twc_api::RESTART_ON_SECRET_CHANGE_ANNOTATION.to_string(),
+            "false".to_string(),
+        )]
+        .into(),
+    );
+    let o = world(&wd)
+        .deployment(&target, None)
+        .version(&target, VersionStatus::Current)
+        .current(&target)
+        .started_with(&target, "old")
+        .secrets("new")
+        .build();
+    assert_eq!(
+        writes(&plan(&wd, &conn(), &me(), &o)),
+        vec![(target.clone(), true)]
+    );
+    assert_eq!(
+        writes(&plan(&opted_out, &conn(), &me(), &o)),
+        vec![(target, false)]
+    );
+}
