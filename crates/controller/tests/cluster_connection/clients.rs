@@ -7,6 +7,7 @@ use crate::common::*;
 use crate::{QUICK, ROLLOUT};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
 use twc_api::WorkerDeployment;
@@ -191,5 +192,135 @@ async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
         vec![used],
         "the client idle for 16 minutes is gone"
     );
+    Ok(())
+}
+
+/// The digest recorded on the Deployment, the one on its pod template, and its build ID.
+fn digests(d: &Deployment) -> (Option<String>, Option<String>, Option<String>) {
+    let key = twc_api::labels::CREDENTIALS_DIGEST;
+    let on_template = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(key).cloned());
+    let build = d.labels().get(twc_api::labels::BUILD_ID).cloned();
+    (d.annotations().get(key).cloned(), on_template, build)
+}
+
+/// The pods of the versioned Deployment of `build`: (name, created at, ready).
+async fn pods_of(client: &kube::Client, ns: &str, build: &str) -> Vec<(String, String, bool)> {
+    use k8s_openapi::api::core::v1::Pod;
+    let selector = format!("{}={build}", twc_api::labels::BUILD_ID);
+    Api::<Pod>::namespaced(client.clone(), ns)
+        .list(&ListParams::default().labels(&selector))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .items
+        .into_iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let ready = p
+                .status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
+            let created = p
+                .metadata
+                .creation_timestamp
+                .as_ref()
+                .map(|t| t.0.to_string())
+                .unwrap_or_default();
+            (p.name_any(), created, ready)
+        })
+        .collect()
+}
+
+/// A renewed client certificate (new content, same Secret): the workers read it only at start,
+/// so the version's pods restart with it, same build ID, no new version, the rollout stays
+/// done. A change of the Secret's labels alone restarts nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version() -> TestResult {
+    let sc = SharedConnection::new("renew").await?;
+    let ns = sc.tenant("renew").await;
+    sc.user(&ns, "w").await;
+    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    let build = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
+    let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
+    let name = twc_controller::plan::build_id::deployment_name("w", &build);
+    let (recorded, on_template, _) = digests(&deployments.get(&name).await?);
+    let recorded = recorded.ok_or("the new Deployment records no credentials digest")?;
+    assert_eq!(on_template, None, "a new Deployment's pods restart for nothing");
+    let before = pods_of(&sc.client, &ns, &build).await;
+
+    // Labels only: the content the workers read is the same.
+    let secrets = Api::<Secret>::namespaced(sc.client.clone(), &ns);
+    secrets
+        .patch(
+            MTLS_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"renewed": "no"}}})),
+        )
+        .await?;
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(
+        digests(&deployments.get(&name).await?).1,
+        None,
+        "a label change restarted the workers"
+    );
+
+    // The certificate renewed, as cert-manager does: the same Secret, new content.
+    let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
+    secrets
+        .patch(
+            MTLS_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": renewed.string_data})),
+        )
+        .await?;
+    let d = wait_for("the pod template carries the new digest", QUICK, || {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        let recorded = recorded.clone();
+        async move {
+            let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
+            match digests(&d) {
+                (Some(now), Some(t), _) if now == t && now != recorded => Ok(d),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await?;
+    assert_eq!(digests(&d).2.as_deref(), Some(build.as_str()), "the build ID changed");
+    // Every pod is new and ready: the workers started with the new certificate.
+    wait_for("the workers restarted", ROLLOUT, || {
+        let (client, ns, build, before) = (sc.client.clone(), ns.clone(), build.clone(), &before);
+        async move {
+            let now = pods_of(&client, &ns, &build).await;
+            let fresh = |p: &(String, String, bool)| !before.iter().any(|b| b.0 == p.0);
+            if !now.is_empty() && now.iter().all(|p| fresh(p) && p.2) {
+                Ok(())
+            } else {
+                Err(format!("before {before:?}, now {now:?}"))
+            }
+        }
+    })
+    .await?;
+    wait_event(&sc.client, &ns, "CredentialsChanged", &name, QUICK).await;
+    // Still one version, still current, the rollout still done.
+    let wd = wait_wd(&sc.client, &ns, "w", "still rolled out", QUICK, rolled_out).await;
+    let status = wd.status.unwrap_or_default();
+    assert_eq!(
+        status.current_version.map(|c| c.base.build_id),
+        Some(build.clone())
+    );
+    let versions = deployments
+        .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
+        .await?;
+    assert_eq!(versions.items.len(), 1, "a new version was made");
     Ok(())
 }
