@@ -2,7 +2,7 @@
 //! mutual TLS (client certificates verified against a CA) and server-name overrides are tested
 //! against a real handshake. Bytes pass through unchanged (gRPC over HTTP/2).
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
@@ -18,6 +18,12 @@ use crate::pki::CertPair;
 pub struct TlsProxy {
     /// `127.0.0.1:PORT`
     pub address: String,
+    /// What new handshakes use; replaced by [`TlsProxy::trust_clients_of`].
+    acceptor: Arc<Mutex<TlsAcceptor>>,
+    server: CertPair,
+    /// Bumped when the trust changes: every open connection closes, as a server restarted
+    /// with a new trust store closes them.
+    generation: tokio::sync::watch::Sender<u64>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,6 +35,41 @@ impl Drop for TlsProxy {
 
 fn tls_err(e: impl std::fmt::Display) -> Error {
     Error::Other(format!("tls proxy: {e}"))
+}
+
+/// A TLS acceptor serving `server`, demanding client certificates of `client_ca` (a PEM
+/// bundle: any of its CAs) when given.
+fn acceptor(server: &CertPair, client_ca: Option<&str>) -> Result<TlsAcceptor, Error> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let certs: Vec<CertificateDer<'static>> =
+        CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
+            .collect::<Result<_, _>>()
+            .map_err(tls_err)?;
+    let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).map_err(tls_err)?;
+    let builder = ServerConfig::builder_with_provider(provider.clone())
+        .with_safe_default_protocol_versions()
+        .map_err(tls_err)?;
+    let mut config = match client_ca {
+        Some(ca) => {
+            let mut roots = RootCertStore::empty();
+            for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
+                roots.add(c.map_err(tls_err)?).map_err(tls_err)?;
+            }
+            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
+                .build()
+                .map_err(tls_err)?;
+            builder
+                .with_client_cert_verifier(verifier)
+                .with_single_cert(certs, key)
+                .map_err(tls_err)?
+        }
+        None => builder
+            .with_no_client_auth()
+            .with_single_cert(certs, key)
+            .map_err(tls_err)?,
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(TlsAcceptor::from(Arc::new(config)))
 }
 
 impl TlsProxy {
@@ -50,47 +91,22 @@ impl TlsProxy {
         server: &CertPair,
         client_ca: Option<&str>,
     ) -> Result<Self, Error> {
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let certs: Vec<CertificateDer<'static>> =
-            CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
-                .collect::<Result<_, _>>()
-                .map_err(tls_err)?;
-        let key = PrivateKeyDer::from_pem_slice(server.key_pem.as_bytes()).map_err(tls_err)?;
-        let builder = ServerConfig::builder_with_provider(provider.clone())
-            .with_safe_default_protocol_versions()
-            .map_err(tls_err)?;
-        let mut config = match client_ca {
-            Some(ca) => {
-                let mut roots = RootCertStore::empty();
-                for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
-                    roots.add(c.map_err(tls_err)?).map_err(tls_err)?;
-                }
-                let verifier =
-                    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                        .build()
-                        .map_err(tls_err)?;
-                builder
-                    .with_client_cert_verifier(verifier)
-                    .with_single_cert(certs, key)
-                    .map_err(tls_err)?
-            }
-            None => builder
-                .with_no_client_auth()
-                .with_single_cert(certs, key)
-                .map_err(tls_err)?,
-        };
-        config.alpn_protocols = vec![b"h2".to_vec()];
-        let acceptor = TlsAcceptor::from(Arc::new(config));
+        let acceptor = Arc::new(Mutex::new(acceptor(server, client_ca)?));
+        let (generation, _) = tokio::sync::watch::channel(0u64);
         let listener = TcpListener::bind((ip, 0)).await.map_err(tls_err)?;
         let address = listener.local_addr().map_err(tls_err)?.to_string();
         let upstream = upstream.to_string();
+        let (current, changes) = (acceptor.clone(), generation.clone());
         let task = tokio::spawn(async move {
             loop {
                 let Ok((socket, _)) = listener.accept().await else {
                     continue;
                 };
-                let acceptor = acceptor.clone();
+                let Ok(acceptor) = current.lock().map(|a| a.clone()) else {
+                    return;
+                };
                 let upstream = upstream.clone();
+                let mut changed = changes.subscribe();
                 tokio::spawn(async move {
                     // A failed handshake (e.g. no or a wrong client certificate) just closes.
                     let Ok(mut tls) = acceptor.accept(socket).await else {
@@ -99,10 +115,145 @@ impl TlsProxy {
                     let Ok(mut plain) = TcpStream::connect(&upstream).await else {
                         return;
                     };
-                    let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut tls, &mut plain) => {}
+                        _ = changed.changed() => {}
+                    }
                 });
             }
         });
-        Ok(Self { address, task })
+        Ok(Self {
+            address,
+            acceptor,
+            server: server.clone(),
+            generation,
+            task,
+        })
+    }
+
+    /// From now on clients must present a certificate of one of the CAs in `client_ca` (a
+    /// PEM bundle); every open connection is closed, so a client whose certificate is no
+    /// longer trusted cannot go on over a connection it opened before.
+    pub fn trust_clients_of(&self, client_ca: &str) -> Result<(), Error> {
+        let next = acceptor(&self.server, Some(client_ca))?;
+        *self
+            .acceptor
+            .lock()
+            .map_err(|_| Error::Other("tls proxy: poisoned".into()))? = next;
+        self.generation.send_modify(|g| *g += 1);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pki::{Ca, Usage};
+    use rustls::ClientConfig;
+    use rustls::pki_types::ServerName;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::TlsConnector;
+    use tokio_rustls::client::TlsStream;
+
+    fn ok<T, E: std::fmt::Display>(r: Result<T, E>) -> T {
+        r.unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// An upstream that echoes what it reads.
+    async fn echo() -> String {
+        let listener = ok(TcpListener::bind("127.0.0.1:0").await);
+        let address = ok(listener.local_addr()).to_string();
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                tokio::spawn(async move {
+                    let (mut r, mut w) = s.split();
+                    let _ = tokio::io::copy(&mut r, &mut w).await;
+                });
+            }
+        });
+        address
+    }
+
+    async fn connect(
+        address: &str,
+        server_ca: &Ca,
+        client: &CertPair,
+    ) -> Option<TlsStream<TcpStream>> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let mut roots = RootCertStore::empty();
+        for c in CertificateDer::pem_slice_iter(server_ca.cert_pem.as_bytes()) {
+            ok(roots.add(ok(c)));
+        }
+        let certs: Vec<CertificateDer<'static>> =
+            ok(CertificateDer::pem_slice_iter(client.cert_pem.as_bytes()).collect());
+        let key = ok(PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes()));
+        let config = ok(ok(
+            ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
+        )
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key));
+        let socket = ok(TcpStream::connect(address).await);
+        let name = ok(ServerName::try_from("127.0.0.1"));
+        TlsConnector::from(Arc::new(config))
+            .connect(name, socket)
+            .await
+            .ok()
+    }
+
+    /// Whether a round trip through `stream` works.
+    async fn echoes(stream: &mut TlsStream<TcpStream>) -> bool {
+        let trip = async {
+            stream.write_all(b"ping").await.ok()?;
+            let mut buf = [0u8; 4];
+            stream.read_exact(&mut buf).await.ok()?;
+            (&buf == b"ping").then_some(())
+        };
+        matches!(
+            tokio::time::timeout(std::time::Duration::from_secs(5), trip).await,
+            Ok(Some(()))
+        )
+    }
+
+    async fn works(address: &str, server_ca: &Ca, client: &CertPair) -> bool {
+        match connect(address, server_ca, client).await {
+            Some(mut s) => echoes(&mut s).await,
+            None => false,
+        }
+    }
+
+    /// A rotation to a new client CA: the old certificates stop working at once, also over the
+    /// connections they opened before; a bundle trusts both.
+    #[tokio::test]
+    async fn a_new_client_ca_closes_the_old_certificates_out() {
+        let (old_ca, new_ca) = (ok(Ca::new("old")), ok(Ca::new("new")));
+        let server = ok(old_ca.issue(
+            "proxy",
+            &["127.0.0.1"],
+            Usage::Server,
+            time::Duration::days(1),
+        ));
+        let old = ok(old_ca.issue("c", &[], Usage::Client, time::Duration::days(1)));
+        let new = ok(new_ca.issue("c", &[], Usage::Client, time::Duration::days(1)));
+        let proxy = ok(TlsProxy::start(&echo().await, &server, Some(&old_ca.cert_pem)).await);
+        let mut open = connect(&proxy.address, &old_ca, &old)
+            .await
+            .unwrap_or_else(|| panic!("the old certificate's handshake failed"));
+        assert!(echoes(&mut open).await);
+        assert!(
+            !works(&proxy.address, &old_ca, &new).await,
+            "a new certificate before its CA is trusted"
+        );
+
+        ok(proxy.trust_clients_of(&new_ca.cert_pem));
+        assert!(
+            !echoes(&mut open).await,
+            "a connection of the old certificate lived on"
+        );
+        assert!(!works(&proxy.address, &old_ca, &old).await);
+        assert!(works(&proxy.address, &old_ca, &new).await);
+
+        ok(proxy.trust_clients_of(&format!("{}{}", old_ca.cert_pem, new_ca.cert_pem)));
+        assert!(works(&proxy.address, &old_ca, &old).await);
+        assert!(works(&proxy.address, &old_ca, &new).await);
     }
 }

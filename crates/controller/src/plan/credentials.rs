@@ -35,10 +35,20 @@ pub fn opted_out(wd: &WorkerDeployment) -> bool {
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
 }
 
+/// The part of a credentials digest (`<names>.<content>`) that says which Secrets it is of.
+pub fn secrets_of(digest: &str) -> &str {
+    digest.split_once('.').map_or(digest, |(names, _)| names)
+}
+
 /// The digests to record and the restarts, for the Deployments this plan does not otherwise
 /// write: a Deployment the plan applies or reconnects starts new pods anyway and gets the
-/// digest with that write ([`stamp`]); one it deletes or scales to 0 needs none. Only
-/// Deployments on the current connection (their pods mount the Secrets read now).
+/// digest with that write ([`stamp`]); one it deletes or scales to 0 needs none.
+///
+/// A running Deployment whose pods started with other content of the same Secrets restarts,
+/// whatever its connection: an older version kept on a previous connection or Temporal
+/// namespace mounts the same Secrets of the same namespace, and its pinned workflows need its
+/// workers to reach Temporal too (a rolling update, nothing stops). A Deployment without a
+/// digest gets the current one recorded when its pods mount the current connection's Secrets.
 pub(super) fn plan_credentials(
     wd: &WorkerDeployment,
     observed: &Observed,
@@ -58,11 +68,12 @@ pub(super) fn plan_credentials(
             || plan.reconnect.contains(build)
             || plan.retire.contains(build)
             || plan.delete_deployments.contains(&d.name);
-        if written
-            || d.connection_hash.as_deref() != Some(desired_conn_hash)
-            || d.credentials_digest.as_deref() == Some(digest)
-            || plan.kept.iter().any(|k| k.build_id == *build)
-        {
+        let current_connection = d.connection_hash.as_deref() == Some(desired_conn_hash);
+        let same_secrets = match d.credentials_digest.as_deref() {
+            Some(recorded) => recorded != digest && secrets_of(recorded) == secrets_of(digest),
+            None => current_connection,
+        };
+        if written || !same_secrets {
             continue;
         }
         let stopping =

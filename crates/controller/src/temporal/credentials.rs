@@ -165,49 +165,70 @@ pub fn auth_from_secrets(
     })
 }
 
-/// A digest of the credential Secrets' content as the worker pods see it: the whole mTLS
-/// Secret and the whole CA Secret (each mounted as a volume), only the API key's own key (an
-/// environment variable). None when the connection names no Secret. It tells whether what the
-/// workers read changed, nothing of what it is (SHA-256 over names and bytes).
+/// A digest of the credential Secrets as the worker pods see them: the whole mTLS Secret and
+/// the whole CA Secret (each mounted as a volume), only the API key's own key (an environment
+/// variable). Two parts, `<names>.<content>`: which Secrets (roles and names) and what they
+/// hold, so that a Deployment of an older connection that mounts the same Secrets can be told
+/// from one that mounts others. None when the connection names no Secret. It tells whether
+/// something changed, nothing of what it is (SHA-256, 16 bytes of each part).
 pub fn secrets_digest(
     spec: &ConnectionSpec,
     credential_secret: Option<&Secret>,
     ca_secret: Option<&Secret>,
 ) -> Option<String> {
-    let mut h = Sha256::new();
+    let (mut names, mut content) = (Sha256::new(), Sha256::new());
     let mut any = false;
-    let mut add = |role: &str, secret: Option<&Secret>, only: Option<&str>| {
+    let mut add = |role: &str, name: &str, secret: Option<&Secret>, only: Option<&str>| {
         any = true;
-        h.update(role.as_bytes());
-        h.update([0]);
+        for h in [&mut names, &mut content] {
+            h.update(role.as_bytes());
+            h.update([0]);
+            h.update(name.as_bytes());
+            h.update([0]);
+            h.update(only.unwrap_or_default().as_bytes());
+            h.update([0]);
+        }
         let data = secret.and_then(|s| s.data.as_ref());
         for (k, v) in data.into_iter().flatten() {
             if only.is_some_and(|o| o != k) {
                 continue;
             }
             // Lengths first: no two different contents hash the same bytes.
-            h.update((k.len() as u64).to_be_bytes());
-            h.update(k.as_bytes());
-            h.update((v.0.len() as u64).to_be_bytes());
-            h.update(&v.0);
+            content.update((k.len() as u64).to_be_bytes());
+            content.update(k.as_bytes());
+            content.update((v.0.len() as u64).to_be_bytes());
+            content.update(&v.0);
         }
     };
     match spec.auth_mode() {
-        AuthMode::MutualTls => add("mtls", credential_secret, None),
+        AuthMode::MutualTls => add(
+            "mtls",
+            spec.secret_name().unwrap_or_default(),
+            credential_secret,
+            None,
+        ),
         AuthMode::ApiKey => {
-            let key = spec.api_key_secret_ref.as_ref().map(|r| r.key.as_str());
-            add("api-key", credential_secret, Some(key.unwrap_or_default()));
+            let selector = spec.api_key_secret_ref.clone().unwrap_or_default();
+            let key = Some(selector.key.as_str());
+            add("api-key", &selector.name, credential_secret, key);
         }
         AuthMode::None => {}
     }
-    if spec
+    if let Some(ca) = spec
         .tls
         .as_ref()
-        .is_some_and(|t| t.ca_cert_secret_ref.is_some())
+        .and_then(|t| t.ca_cert_secret_ref.as_ref())
     {
-        add("ca", ca_secret, None);
+        add("ca", &ca.name, ca_secret, None);
     }
-    any.then(|| h.finalize().iter().map(|b| format!("{b:02x}")).collect())
+    let hex = |h: Sha256| -> String {
+        h.finalize()
+            .iter()
+            .take(16)
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    };
+    any.then(|| format!("{}.{}", hex(names), hex(content)))
 }
 
 fn key(secret: &Secret, key: &str) -> Option<Vec<u8>> {
@@ -331,6 +352,20 @@ mod tests {
         assert_ne!(
             digest(&with_ca, &old, Some(&ca)),
             digest(&with_ca, &old, Some(&new_ca))
+        );
+
+        // Another Secret with the same content is other Secrets.
+        let renamed = spec(serde_json::json!({"hostPort": "t:7233",
+            "mutualTLSSecretRef": {"name": "cert-2"}}));
+        let (a, b) = (digest(&mtls, &old, None), digest(&renamed, &old, None));
+        assert_ne!(
+            crate::plan::credentials::secrets_of(&a),
+            crate::plan::credentials::secrets_of(&b)
+        );
+        let c = digest(&mtls, &renewed, None);
+        assert_eq!(
+            crate::plan::credentials::secrets_of(&a),
+            crate::plan::credentials::secrets_of(&c)
         );
 
         // No Secret, nothing to restart for.

@@ -254,7 +254,10 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
     let name = twc_controller::plan::build_id::deployment_name("w", &build);
     let (recorded, on_template, _) = digests(&deployments.get(&name).await?);
     let recorded = recorded.ok_or("the new Deployment records no credentials digest")?;
-    assert_eq!(on_template, None, "a new Deployment's pods restart for nothing");
+    assert_eq!(
+        on_template, None,
+        "a new Deployment's pods restart for nothing"
+    );
     let before = pods_of(&sc.client, &ns, &build).await;
 
     // Labels only: the content the workers read is the same.
@@ -295,7 +298,11 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
         }
     })
     .await?;
-    assert_eq!(digests(&d).2.as_deref(), Some(build.as_str()), "the build ID changed");
+    assert_eq!(
+        digests(&d).2.as_deref(),
+        Some(build.as_str()),
+        "the build ID changed"
+    );
     // Every pod is new and ready: the workers started with the new certificate.
     wait_for("the workers restarted", ROLLOUT, || {
         let (client, ns, build, before) = (sc.client.clone(), ns.clone(), build.clone(), &before);

@@ -22,7 +22,7 @@ fn writes(p: &Plan) -> Vec<(String, bool)> {
         .credentials
         .iter()
         .map(|c| {
-            assert_eq!(c.digest, "new");
+            assert_eq!(c.digest, "s.new");
             assert_eq!(c.deployment, build_id::deployment_name("w", &c.build));
             (c.build.clone(), c.restart)
         })
@@ -34,6 +34,7 @@ fn writes(p: &Plan) -> Vec<(String, bool)> {
 #[test]
 fn changed_secrets_restart_every_running_version_on_the_connection() {
     use VersionStatus::{Current, Drained, Draining};
+    let kept = |p: &Plan| p.kept.iter().any(|k| k.build_id == "kept-other-connection");
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
     let o = world(&wd)
@@ -41,31 +42,41 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
         .deployment(&target, None)
         .version(&target, Current)
         .current(&target)
-        .started_with(&target, "old")
+        .started_with(&target, "s.old")
         .deployment("draining", Some(2))
         .version("draining", Draining)
-        .started_with("draining", "old")
+        .started_with("draining", "s.old")
         .deployment("up-to-date", Some(1))
         .version("up-to-date", Draining)
-        .started_with("up-to-date", "new")
+        .started_with("up-to-date", "s.new")
         .deployment("scaled-down", Some(0))
         .drained_since("scaled-down", t(500))
-        .started_with("scaled-down", "old")
+        .started_with("scaled-down", "s.old")
         .deployment("adopted", Some(1))
         .version("adopted", Draining)
-        .deployment("other-connection", Some(1))
-        .version("other-connection", Drained)
-        .stale_connection("other-connection")
-        .started_with("other-connection", "old")
-        .secrets("new")
+        // Another server's version: Temporal here does not list it, so it is kept.
+        .deployment("kept-other-connection", Some(1))
+        .stale_connection("kept-other-connection")
+        .started_with("kept-other-connection", "s.old")
+        .deployment("other-secrets", Some(1))
+        .version("other-secrets", Draining)
+        .stale_connection("other-secrets")
+        .started_with("other-secrets", "t.old")
+        .deployment("other-unrecorded", Some(1))
+        .version("other-unrecorded", Draining)
+        .stale_connection("other-unrecorded")
+        .secrets("s.new")
         .build();
     let p = plan(&wd, &conn(), &me(), &o);
+    assert!(kept(&p), "{:?}", p.kept);
     assert_eq!(
         writes(&p),
         vec![
             // TWC's or an older controller's: recorded, nothing restarts.
             ("adopted".into(), false),
             ("draining".into(), true),
+            // An older connection's, on the same Secrets: its workers need them too.
+            ("kept-other-connection".into(), true),
             // No pods to restart; the next start mounts the Secret as it is.
             ("scaled-down".into(), false),
             (target.clone(), true),
@@ -77,8 +88,8 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
         .deployment(&target, None)
         .version(&target, Current)
         .current(&target)
-        .started_with(&target, "new")
-        .secrets("new")
+        .started_with(&target, "s.new")
+        .secrets("s.new")
         .build();
     assert!(plan(&wd, &conn(), &me(), &o).credentials.is_empty());
 
@@ -92,14 +103,14 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
 fn a_new_deployment_carries_the_digest_and_an_opted_out_one_only_records_it() {
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
-    let o = world(&wd).secrets("new").build();
+    let o = world(&wd).secrets("s.new").build();
     let p = plan(&wd, &conn(), &me(), &o);
     let created = p
         .apply
         .first()
         .and_then(|d| d.metadata.annotations.as_ref())
         .and_then(|a| a.get(twc_api::labels::CREDENTIALS_DIGEST));
-    assert_eq!(created.map(String::as_str), Some("new"));
+    assert_eq!(created.map(String::as_str), Some("s.new"));
     // Its pod template does not: only a change restarts pods.
     let template = p
         .apply
@@ -121,8 +132,8 @@ fn a_new_deployment_carries_the_digest_and_an_opted_out_one_only_records_it() {
         .deployment(&target, None)
         .version(&target, VersionStatus::Current)
         .current(&target)
-        .started_with(&target, "old")
-        .secrets("new")
+        .started_with(&target, "s.old")
+        .secrets("s.new")
         .build();
     assert_eq!(
         writes(&plan(&wd, &conn(), &me(), &o)),
