@@ -33,7 +33,7 @@ fn writes(p: &Plan) -> Vec<(String, bool)> {
 
 #[test]
 fn changed_secrets_restart_every_running_version_on_the_connection() {
-    use VersionStatus::{Current, Drained, Draining};
+    use VersionStatus::{Current, Draining};
     let kept = |p: &Plan| p.kept.iter().any(|k| k.build_id == "kept-other-connection");
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
