@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
@@ -16,8 +16,8 @@ use twc_testenv::api_proxy::Faults;
 use crate::invariants::pod_ready;
 use crate::replicas::{Replica, addrs, leader_of, restart_stopped};
 use crate::rollouts::{converged, make_current_drain, set_image};
-use crate::setup::{client_secret, connection_ref};
-use crate::{BLIPS, CLUSTER_CONNECTION_B, IMAGE, MTLS_SECRET, Place, Rng, Run, SCALED};
+use crate::setup::connection_ref;
+use crate::{BLIPS, CLUSTER_CONNECTION_B, IMAGE, Place, Rng, Run, SCALED};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub(crate) enum Fault {
@@ -29,6 +29,9 @@ pub(crate) enum Fault {
     RapidImageChanges,
     ScalerTakeover,
     SecretRotation,
+    /// The client certificates moved to a new CA; the old one distrusted once the workers
+    /// restarted (`tls.rs`).
+    NewCaRotation,
     /// The apiserver, as the controllers see it, answers some writes 409 Conflict (not done)
     /// and some requests 500 after serving them (done, answer lost), for a few seconds.
     ApiserverFaults,
@@ -54,7 +57,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 16] = [
+    pub(crate) const REAL_NODE: [Fault; 17] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -63,6 +66,7 @@ impl Fault {
         Fault::RapidImageChanges,
         Fault::ScalerTakeover,
         Fault::SecretRotation,
+        Fault::NewCaRotation,
         Fault::ApiserverFaults,
         Fault::NamespaceChange,
         Fault::ServerChange,
@@ -73,7 +77,7 @@ impl Fault {
         Fault::KubeletRestart,
     ];
     /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(14).0;
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(15).0;
     /// The faults the injector picks from (the driver injects the deletions itself).
     fn injected(real_node: bool) -> Vec<Fault> {
         let all: &[Fault] = if real_node {
@@ -102,6 +106,7 @@ impl Fault {
             Fault::RapidImageChanges => "rapid image changes",
             Fault::ScalerTakeover => "scaler takes over replicas",
             Fault::SecretRotation => "client certificate Secret rotated",
+            Fault::NewCaRotation => "client certificates to a new CA",
             Fault::ApiserverFaults => "apiserver answers 409 and 500",
             Fault::NamespaceChange => "temporalNamespace change mid-drain",
             Fault::ServerChange => "another server mid-drain",
@@ -120,7 +125,16 @@ pub(crate) async fn inject(
     controllers: &Mutex<[Replica; 2]>,
     mut rng: Rng,
     every: u64,
+    only: Option<&str>,
 ) {
+    let kinds: Vec<Fault> = Fault::injected(run.env.node().is_some())
+        .into_iter()
+        .filter(|f| only.is_none_or(|o| o == f.name()))
+        .collect();
+    if kinds.is_empty() {
+        eprintln!("   no fault is named {only:?}; none injected");
+        return;
+    }
     loop {
         let gap = rng.between(every / 2, every + every / 2).max(1);
         for _ in 0..gap * 10 {
@@ -129,7 +143,7 @@ pub(crate) async fn inject(
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
-        let fault = rng.pick(&Fault::injected(run.env.node().is_some()));
+        let fault = rng.pick(&kinds);
         let at = Instant::now();
         if let Err(e) = apply(run, controllers, &mut rng, fault).await {
             eprintln!("   fault {} could not be injected: {e:#}", fault.name());
@@ -226,16 +240,8 @@ async fn apply(
             let name = run.names[i].clone();
             take_over(run, &name).await?;
         }
-        Fault::SecretRotation => {
-            let rotated = client_secret(run)?;
-            Api::<Secret>::namespaced(run.client.clone(), &run.ns)
-                .patch(
-                    MTLS_SECRET,
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"stringData": rotated.string_data})),
-                )
-                .await?;
-        }
+        Fault::SecretRotation => crate::tls::renew(run).await?,
+        Fault::NewCaRotation => crate::tls::rotate_ca(run).await?,
         Fault::RapidImageChanges => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];

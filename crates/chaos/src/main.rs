@@ -20,6 +20,8 @@
 //! - the client certificate Secret rotated (a new key pair from the same CA, the old one still
 //!   valid, as cert-manager renews): every connection is mutual TLS through a TLS proxy in
 //!   front of the dev server, so the controller must dial again with the new Secret;
+//! - the client certificates moved to a new CA, the old one then distrusted and every
+//!   connection closed: the workers must have been restarted with the new Secret (`tls.rs`);
 //! - the apiserver answering 409 and 500: the replicas reach it through a proxy that, for a
 //!   few seconds, refuses some writes with 409 Conflict and loses the answer of some served
 //!   requests with a 500 (`twc_testenv::api_proxy`);
@@ -72,6 +74,7 @@ mod report;
 mod rollouts;
 mod setup;
 mod temporal_view;
+mod tls;
 mod watch;
 
 use std::collections::BTreeMap;
@@ -90,9 +93,7 @@ use twc_api::WorkerDeployment;
 use twc_controller::plan::build_id;
 use twc_testenv::api_proxy::ApiProxy;
 use twc_testenv::control_plane::ControlPlane;
-use twc_testenv::node::{self, Node, NodeEnv};
-use twc_testenv::pki::{Ca, Usage};
-use twc_testenv::tls_proxy::TlsProxy;
+use twc_testenv::node::{Node, NodeEnv};
 use twc_testenv::{LocalImage, Options, TemporalOptions, TemporalServer, TestEnv, paths};
 
 use faults::{Fault, inject};
@@ -148,6 +149,10 @@ struct Cli {
     /// Mean seconds between faults.
     #[arg(long, default_value_t = 10)]
     fault_every_seconds: u64,
+    /// Inject only this fault (its name in the report, e.g. "client certificates to a new
+    /// CA"); the driver's deletions are still made.
+    #[arg(long)]
+    only_fault: Option<String>,
     /// Run the workers as containers on a real node (containerd + kubelet; needs root and
     /// the images of `hack/image.sh`), with two replicas per version and the node's faults.
     #[arg(long)]
@@ -283,8 +288,8 @@ struct Run<'a> {
     api_proxy: &'a ApiProxy,
     /// Replicas of each WorkerDeployment.
     replicas: i32,
-    /// The CA the TLS proxy trusts for client certificates.
-    ca: Ca,
+    /// The TLS proxies and the client certificates' CA.
+    tls: tls::Tls,
     /// The TLS proxy in front of the dev server (mutual TLS).
     tls_address: String,
     /// The TLS proxy in front of the second dev server.
@@ -400,29 +405,6 @@ impl Run<'_> {
     }
 }
 
-/// A TLS proxy (mutual TLS, clients of `ca`) in front of the dev server at `upstream`, and the
-/// address workers reach it at: on a real node, the node's bridge.
-async fn tls_proxy(
-    real_node: bool,
-    upstream: &str,
-    server: &twc_testenv::pki::CertPair,
-    ca: &Ca,
-) -> anyhow::Result<(TlsProxy, String)> {
-    if !real_node {
-        let proxy = TlsProxy::start(upstream, server, Some(&ca.cert_pem)).await?;
-        let address = proxy.address.clone();
-        return Ok((proxy, address));
-    }
-    let proxy = TlsProxy::start_on("0.0.0.0", upstream, server, Some(&ca.cert_pem)).await?;
-    let port = proxy
-        .address
-        .rsplit(':')
-        .next()
-        .unwrap_or_default()
-        .to_string();
-    Ok((proxy, format!("{}:{port}", node::HOST_IP)))
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
@@ -471,15 +453,9 @@ async fn main() -> anyhow::Result<()> {
     ]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
-    let ca = Ca::new("chaos-ca")?;
-    let server = ca.issue(
-        SERVER_NAME,
-        &[SERVER_NAME, "127.0.0.1"],
-        Usage::Server,
-        time::Duration::days(7),
-    )?;
+    let tls = tls::Tls::new()?;
     let real_node = env.node().is_some();
-    let (_proxy, tls_address) = tls_proxy(real_node, &env.temporal().address, &server, &ca).await?;
+    let tls_address = tls.proxy(real_node, &env.temporal().address).await?;
     // The second server, which the server change moves a WorkerDeployment to: its own SQLite
     // file, never restarted; the same namespaces (the pool's names), the same CA.
     let dir_b = dir.join("temporal-b");
@@ -492,7 +468,7 @@ async fn main() -> anyhow::Result<()> {
         &dir_b,
     )
     .await?;
-    let (_proxy_b, tls_address_b) = tls_proxy(real_node, &server_b.address, &server, &ca).await?;
+    let tls_address_b = tls.proxy(real_node, &server_b.address).await?;
     let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
     let temporal_ns = env.temporal().namespace().await?;
     let moved_ns = env.temporal().namespace().await?;
@@ -506,7 +482,7 @@ async fn main() -> anyhow::Result<()> {
         env: &env,
         api_proxy: &api_proxy,
         replicas: if cli.real_node { 2 } else { 1 },
-        ca,
+        tls,
         tls_address,
         client,
         ns,
@@ -536,7 +512,13 @@ async fn main() -> anyhow::Result<()> {
             run.report().faults_ended = Some(Instant::now());
             result
         },
-        inject(&run, &controllers, Rng(fault_seed), cli.fault_every_seconds),
+        inject(
+            &run,
+            &controllers,
+            Rng(fault_seed),
+            cli.fault_every_seconds,
+            cli.only_fault.as_deref()
+        ),
         observe(&run),
         watch_deployments(&run),
     );

@@ -6,7 +6,6 @@ use kube::api::{Api, PostParams};
 use serde_json::{Value, json};
 use twc_api::{ClusterConnection, Connection, WorkerDeployment};
 use twc_testenv::node::Node;
-use twc_testenv::pki::Usage;
 
 use crate::rollouts::wait_converged;
 use crate::{
@@ -26,7 +25,7 @@ pub(crate) fn connection_ref(i: usize) -> Value {
 /// until they converge.
 pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Api::<Secret>::namespaced(run.client.clone(), &run.ns)
-        .create(&PostParams::default(), &client_secret(run)?)
+        .create(&PostParams::default(), &run.tls.client_secret()?)
         .await?;
     let spec = json!({
         "hostPort": run.tls_address,
@@ -102,18 +101,6 @@ pub(crate) fn worker_deployment(
             "template": {"spec": {"terminationGracePeriodSeconds": 2,
                 "containers": [{"name": "worker", "image": image}]}}
         }
-    }))?)
-}
-
-/// The client certificate Secret: a fresh key pair from the run's CA, valid for a day.
-pub(crate) fn client_secret(run: &Run<'_>) -> anyhow::Result<Secret> {
-    let pair = run
-        .ca
-        .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(90))?;
-    Ok(serde_json::from_value(json!({
-        "metadata": {"name": MTLS_SECRET},
-        "type": "kubernetes.io/tls",
-        "stringData": {"tls.crt": pair.cert_pem, "tls.key": pair.key_pem, "ca.crt": run.ca.cert_pem}
     }))?)
 }
 
