@@ -12,7 +12,7 @@ target="${CARGO_TARGET_DIR:-target}"
 results=()
 failed=0
 for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4 \
-    stale-credentials:I1; do
+    stale-credentials:I2; do
   variant=${pair%%:*}
   invariant=${pair##*:}
   # No faults, but for the one a variant breaks under.
