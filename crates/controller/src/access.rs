@@ -185,6 +185,37 @@ pub async fn may(
     Ok(review.status.is_some_and(|s| s.allowed))
 }
 
+/// Whether an error of an access review is the apiserver's answer (the review itself is
+/// forbidden or refused: nothing is granted) rather than no answer (the apiserver restarting
+/// or unreachable, a timeout, a 5xx or 429).
+fn is_an_answer(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if (400..500).contains(&s.code) && s.code != 429 && s.code != 409)
+}
+
+/// [`may`] for every namespace, asked again (backing off to 5 s) until the apiserver answers:
+/// the rights read at start decide what the controller watches for the rest of its life, so a
+/// replica that started while the apiserver restarted must not run without ClusterConnections
+/// because one request failed.
+pub async fn may_answered(client: &kube::Client, group: &str, resource: &str, verb: &str) -> bool {
+    let mut wait = Duration::from_millis(200);
+    loop {
+        match may(client, group, resource, None, None, verb).await {
+            Ok(allowed) => return allowed,
+            Err(e) if is_an_answer(&e) => {
+                tracing::warn!("may not ask whether it may {verb} {resource}: {e}; taken as no");
+                return false;
+            }
+            Err(e) => {
+                tracing::warn!(
+                    "could not ask the apiserver whether it may {verb} {resource} ({e}); asking again in {wait:?}"
+                );
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(Duration::from_secs(5));
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -197,6 +228,18 @@ mod tests {
         )
         .with_code(403);
         watcher::Error::InitialListFailed(kube::Error::Api(Box::new(status)))
+    }
+
+    #[test]
+    fn only_a_refusal_answers_an_access_review() {
+        let api = |code: u16| kube::Error::Api(Box::new(Status::failure("x", "y").with_code(code)));
+        assert!(is_an_answer(&api(403)));
+        assert!(is_an_answer(&api(404)));
+        for code in [409, 429, 500, 503, 504] {
+            assert!(!is_an_answer(&api(code)), "{code}");
+        }
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        assert!(!is_an_answer(&kube::Error::Service(Box::new(io))));
     }
 
     #[test]

@@ -123,11 +123,9 @@ fn scope_of(scopes: &[Scope], namespace: &str) -> Option<Scope> {
 }
 
 /// Asks the apiserver whether this identity may `verb` `resource` of `temporal.io`, in every
-/// namespace.
+/// namespace ([`crate::access::may_answered`]: asked again until it answers).
 pub async fn may(client: &Client, verb: &str, resource: &str) -> bool {
-    crate::access::may(client, twc_api::GROUP, resource, None, None, verb)
-        .await
-        .unwrap_or(false)
+    crate::access::may_answered(client, twc_api::GROUP, resource, verb).await
 }
 
 /// Prepares the controller; `run` it to start. Returns the handle for inspection.
@@ -152,9 +150,7 @@ pub async fn prepare(
     // Namespaces' labels are read only for ClusterConnections' `allowedNamespaces` selectors.
     let mut namespaces_allowed = cluster_allowed;
     for verb in ["list", "watch"] {
-        namespaces_allowed &= crate::access::may(&client, "", "namespaces", None, None, verb)
-            .await
-            .unwrap_or(false);
+        namespaces_allowed &= crate::access::may_answered(&client, "", "namespaces", verb).await;
     }
     if cluster_allowed && !namespaces_allowed {
         tracing::warn!(

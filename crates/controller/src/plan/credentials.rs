@@ -13,7 +13,7 @@
 use twc_api::labels::CREDENTIALS_DIGEST;
 use twc_api::{RESTART_ON_SECRET_CHANGE_ANNOTATION, WorkerDeployment};
 
-use super::{Observed, Plan};
+use super::{Observed, ObservedDeployment, Plan};
 
 /// A digest to record on a versioned Deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,22 +69,57 @@ pub(super) fn plan_credentials(
             || plan.retire.contains(build)
             || plan.delete_deployments.contains(&d.name);
         let current_connection = d.connection_hash.as_deref() == Some(desired_conn_hash);
-        let same_secrets = match d.credentials_digest.as_deref() {
-            Some(recorded) => recorded != digest && secrets_of(recorded) == secrets_of(digest),
-            None => current_connection,
-        };
-        if written || !same_secrets {
-            continue;
+        let stopping = plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0);
+        if !written {
+            plan.credentials.extend(write_for(
+                d,
+                digest,
+                current_connection,
+                stopping,
+                opted_out,
+            ));
         }
-        let stopping =
-            d.spec_replicas == Some(0) || plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0);
-        plan.credentials.push(CredentialsWrite {
-            deployment: d.name.clone(),
-            build: build.clone(),
-            digest: digest.to_string(),
-            restart: d.credentials_digest.is_some() && !stopping && !opted_out,
-        });
     }
+}
+
+/// What to write on `d` for Secrets of digest `digest` now: nothing when its pods started with
+/// it or mount other Secrets (a digest not recorded is taken as the current connection's when
+/// `current_connection`); a restart when it runs (not `stopping`, not scaled to 0) and its
+/// WorkerDeployment did not opt out; else the digest recorded.
+fn write_for(
+    d: &ObservedDeployment,
+    digest: &str,
+    current_connection: bool,
+    stopping: bool,
+    opted_out: bool,
+) -> Option<CredentialsWrite> {
+    let same_secrets = match d.credentials_digest.as_deref() {
+        Some(recorded) => recorded != digest && secrets_of(recorded) == secrets_of(digest),
+        None => current_connection,
+    };
+    let stopping = stopping || d.spec_replicas == Some(0);
+    same_secrets.then(|| CredentialsWrite {
+        deployment: d.name.clone(),
+        build: d.build_id.clone(),
+        digest: digest.to_string(),
+        restart: d.credentials_digest.is_some() && !stopping && !opted_out,
+    })
+}
+
+/// While `wd` is being deleted: the restarts of the versions `kept` for their pinned
+/// workflows whose Secrets (of digest `digest`) changed; they must reach Temporal to finish.
+pub fn while_deleting<'a>(
+    wd: &WorkerDeployment,
+    kept: impl IntoIterator<Item = &'a ObservedDeployment>,
+    digest: Option<&str>,
+) -> Vec<CredentialsWrite> {
+    let Some(digest) = digest else {
+        return Vec::new();
+    };
+    kept.into_iter()
+        .filter_map(|d| write_for(d, digest, false, false, opted_out(wd)))
+        .filter(|w| w.restart)
+        .collect()
 }
 
 /// Records `digest` on every Deployment the plan applies (each starts pods that mount the

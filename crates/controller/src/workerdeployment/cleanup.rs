@@ -72,7 +72,10 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         // The whole namespace is being deleted: Kubernetes takes its workers and its Secrets
         // whatever the controller does, and a cleanup that needs those Secrets would hold the
         // namespace Terminating for ever. What is left in Temporal is said.
-        Err(e) if e.is_permanent_in_dying_namespace() && namespace_terminating(ctx, &ns).await => {
+        Err(e)
+            if e.is_permanent_in_dying_namespace()
+                && super::observe::namespace_terminating(ctx, &ns).await =>
+        {
             ctx.event(
                 wd,
                 EventType::Warning,
@@ -203,6 +206,12 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
     }
     if !keep.is_empty() {
+        // The workers kept for pinned workflows restart on a renewed Secret, as before.
+        let kept = owned
+            .iter()
+            .filter(|d| keep.contains(&place_of(d), &d.build_id));
+        let key = client.as_ref().map(|c| &c.1);
+        super::restart_kept(ctx, wd, &deployments, kept, key).await?;
         report_waiting(wd, ctx, &deployment_name, &temporal_ns, &keep).await?;
         return Ok(Action::requeue(
             ctx.intervals.moving.max(ctx.intervals.steady),
@@ -263,16 +272,6 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
         Swap::Stale => Action::requeue(STALE_RETRY),
     })
-}
-
-/// Whether namespace `ns` is being deleted (a read of its metadata; not known is no).
-async fn namespace_terminating(ctx: &Context, ns: &str) -> bool {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
-    api.get_metadata_opt(ns)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
 }
 
 /// A Temporal client for `wd`'s cleanup through the connection it references now, with that

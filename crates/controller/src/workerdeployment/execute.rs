@@ -238,37 +238,9 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             }
         }
     }
-    for write in &plan.credentials {
-        let digest = json!({twc_api::labels::CREDENTIALS_DIGEST: write.digest});
-        let mut body = json!({"metadata": {"annotations": digest}});
-        if write.restart {
-            body["spec"] = json!({"template": {"metadata": {"annotations": digest}}});
-        }
-        match deployments
-            .patch(
-                &write.deployment,
-                &PatchParams::default(),
-                &Patch::Merge(body),
-            )
-            .await
-        {
-            Ok(_) => applied.done.push(Done::CredentialsRecorded {
-                deployment: write.deployment.clone(),
-                build: write.build.clone(),
-                restarted: write.restart,
-            }),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                return Err(Error::kube_write(
-                    format!(
-                        "record the credentials of Deployment {ns}/{}",
-                        write.deployment
-                    ),
-                    &e,
-                ));
-            }
-        }
-    }
+    let recorded = write_credentials(&deployments, &ns, &plan.credentials).await;
+    applied.done.extend(recorded.0);
+    recorded.1?;
     let seen = |name: &str| observed.deployments.values().find(|d| d.name == name);
     for (name, replicas) in &plan.scale {
         let body = scale_body(seen(name), *replicas);
@@ -386,6 +358,46 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         }
     }
     Ok(())
+}
+
+/// Records each credentials digest of `writes` on its Deployment in `ns` (on the pod template
+/// too for a restart, which rolls its pods): what went through, and the error that stopped it.
+pub async fn write_credentials(
+    deployments: &Api<Deployment>,
+    ns: &str,
+    writes: &[plan::CredentialsWrite],
+) -> (Vec<Done>, Result<()>) {
+    let mut done = Vec::new();
+    for write in writes {
+        let digest = json!({twc_api::labels::CREDENTIALS_DIGEST: write.digest});
+        let mut body = json!({"metadata": {"annotations": digest}});
+        if write.restart {
+            body["spec"] = json!({"template": {"metadata": {"annotations": digest}}});
+        }
+        match deployments
+            .patch(
+                &write.deployment,
+                &PatchParams::default(),
+                &Patch::Merge(body),
+            )
+            .await
+        {
+            Ok(_) => done.push(Done::CredentialsRecorded {
+                deployment: write.deployment.clone(),
+                build: write.build.clone(),
+                restarted: write.restart,
+            }),
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                let what = format!(
+                    "record the credentials of Deployment {ns}/{}",
+                    write.deployment
+                );
+                return (done, Err(Error::kube_write(what, &e)));
+            }
+        }
+    }
+    (done, Ok(()))
 }
 
 /// Server-side applies a versioned Deployment.

@@ -335,6 +335,30 @@ async fn roll_out(
     Ok(Action::requeue(requeue))
 }
 
+/// While `wd` is being deleted: restarts the versions `kept` for their pinned workflows whose
+/// credential Secrets changed (see [`crate::plan::credentials::while_deleting`]), as read by
+/// the client of `key`, with an event for each.
+async fn restart_kept<'a>(
+    ctx: &Context,
+    wd: &WorkerDeployment,
+    deployments: &kube::Api<k8s_openapi::api::apps::v1::Deployment>,
+    kept: impl IntoIterator<Item = &'a crate::plan::ObservedDeployment>,
+    key: Option<&crate::temporal::pool::PoolKey>,
+) -> Result<()> {
+    let digest = key.and_then(|k| ctx.pool.secrets_digest(k));
+    let restarts = plan::credentials::while_deleting(wd, kept, digest.as_deref());
+    let ns = wd.namespace().unwrap_or_default();
+    let (done, result) = execute::write_credentials(deployments, &ns, &restarts).await;
+    let applied = execute::Applied {
+        done,
+        ..Default::default()
+    };
+    for n in events::of_applied(wd, "", &applied) {
+        ctx.event(wd, n.type_, n.reason, n.note).await;
+    }
+    result
+}
+
 /// One pass through observe -> plan -> execute.
 struct Pass {
     observed: Observed,

@@ -144,3 +144,40 @@ fn a_new_deployment_carries_the_digest_and_an_opted_out_one_only_records_it() {
         vec![(target, false)]
     );
 }
+
+/// A WorkerDeployment being deleted keeps the versions whose pinned workflows are open: those
+/// restart on a renewed Secret too (they must reach Temporal to finish); nothing else is
+/// written.
+#[test]
+fn a_deletion_restarts_the_versions_it_waits_for() {
+    let wd = wd("AllAtOnce", "w:v2");
+    let o = world(&wd)
+        .deployment("draining", Some(2))
+        .started_with("draining", "s.old")
+        .deployment("up-to-date", Some(2))
+        .started_with("up-to-date", "s.new")
+        .deployment("scaled-down", Some(0))
+        .started_with("scaled-down", "s.old")
+        .deployment("unrecorded", Some(1))
+        .build();
+    let restarts = |wd: &WorkerDeployment, digest: Option<&str>| {
+        crate::plan::credentials::while_deleting(wd, o.deployments.values(), digest)
+            .into_iter()
+            .map(|w| (w.build, w.restart))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        restarts(&wd, Some("s.new")),
+        vec![("draining".into(), true)]
+    );
+    assert!(restarts(&wd, None).is_empty());
+    let mut opted_out = wd.clone();
+    opted_out.metadata.annotations = Some(
+        [(
+            twc_api::RESTART_ON_SECRET_CHANGE_ANNOTATION.to_string(),
+            "false".to_string(),
+        )]
+        .into(),
+    );
+    assert!(restarts(&opted_out, Some("s.new")).is_empty());
+}
