@@ -331,3 +331,101 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
     assert_eq!(versions.items.len(), 1, "a new version was made");
     Ok(())
 }
+
+/// A WorkerDeployment being deleted waits for a Draining version's pinned workflow; its
+/// certificate renewed meanwhile, that version's workers restart too (they must reach Temporal
+/// to finish it), and the deletion still waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deletion_restarts_the_draining_workers_it_waits_for_on_a_renewed_certificate()
+-> TestResult {
+    let sc = SharedConnection::new("renew-del").await?;
+    let ns = sc.tenant("renew-del").await;
+    let wd = sc.user(&ns, "w").await;
+    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
+    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    let v1 = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
+    let temporal = sc.w.env.temporal.connect().await?;
+    twc_testenv::temporal::start_workflow(
+        &temporal,
+        &temporal_ns,
+        "w",
+        "Sleep",
+        "pinned",
+        Some("600"),
+    )
+    .await?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let wds = Api::<WorkerDeployment>::namespaced(sc.client.clone(), &ns);
+    let image = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image",
+        "value": format!("{WORKER_IMAGE}:v2")}]);
+    wds.patch(
+        "w",
+        &PatchParams::default(),
+        &Patch::Json::<()>(serde_json::from_value(image)?),
+    )
+    .await?;
+    wait_wd(&sc.client, &ns, "w", "v1 draining", ROLLOUT, |wd| {
+        rolled_out(wd)
+            && wd
+                .status
+                .iter()
+                .flat_map(|s| &s.deprecated_versions)
+                .any(|d| d.base.build_id == v1 && d.base.status == twc_api::VersionStatus::Draining)
+    })
+    .await;
+    wds.delete("w", &Default::default()).await?;
+    let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
+    let name = twc_controller::plan::build_id::deployment_name("w", &v1);
+    wait_for("v1 kept while the deletion waits", QUICK, || {
+        let deployments = deployments.clone();
+        let name = name.clone();
+        async move {
+            let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
+            let others = deployments
+                .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
+                .await
+                .map_err(|e| e.to_string())?
+                .items
+                .into_iter()
+                .filter(|o| o.metadata.deletion_timestamp.is_none())
+                .count();
+            (others == 1 && d.metadata.deletion_timestamp.is_none())
+                .then_some(())
+                .ok_or(format!("{others} Deployments not being deleted"))
+        }
+    })
+    .await?;
+    let recorded = digests(&deployments.get(&name).await?).0;
+
+    let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
+    Api::<Secret>::namespaced(sc.client.clone(), &ns)
+        .patch(
+            MTLS_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": renewed.string_data})),
+        )
+        .await?;
+    wait_for("v1's pod template carries the new digest", QUICK, || {
+        let deployments = deployments.clone();
+        let (name, recorded) = (name.clone(), recorded.clone());
+        async move {
+            let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
+            match digests(&d) {
+                (Some(now), Some(t), _) if now == t && Some(&now) != recorded.as_ref() => Ok(()),
+                other => Err(format!("{other:?}")),
+            }
+        }
+    })
+    .await?;
+    wait_event(&sc.client, &ns, "CredentialsChanged", &name, QUICK).await;
+    // Still waiting for the pinned workflow.
+    assert!(
+        wds.get_opt("w").await?.is_some(),
+        "the deletion did not wait"
+    );
+    Ok(())
+}
