@@ -11,14 +11,20 @@ cargo build -q --workspace --bins
 target="${CARGO_TARGET_DIR:-target}"
 results=()
 failed=0
-for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4; do
+for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4 \
+    stale-credentials:I2; do
   variant=${pair%%:*}
   invariant=${pair##*:}
+  # No faults, but for the one a variant breaks under.
+  faults=(--fault-every-seconds 100000)
+  if [ "$variant" = stale-credentials ]; then
+    faults=(--fault-every-seconds 40 --only-fault "client certificates to a new CA")
+  fi
   start=$(date +%s)
   log="$target/chaos-self-test/$variant.log"
   mkdir -p "$(dirname "$log")"
   if TWC_CHAOS_BREAK=$variant "$target/debug/twc-chaos" --rollouts 4 --worker-deployments 2 \
-      --fault-every-seconds 100000 --converge-seconds 60 --seed "${TWC_CHAOS_SEED:-20261204}" \
+      "${faults[@]}" --converge-seconds 60 --seed "${TWC_CHAOS_SEED:-20261204}" \
       --expect-violation "$invariant" --dir "$target/chaos-self-test/$variant" >"$log" 2>&1; then
     verdict=caught
   else
@@ -26,8 +32,8 @@ for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4; do
     failed=1
   fi
   counts=$(grep -E '^invariant I[1-4]: ' "$log" | sed 's/^invariant \(I[1-4]\): \([0-9]*\).*/\1=\2/' | tr '\n' ' ')
-  results+=("$(printf '%-14s %-4s %-8s %4ss  %s' "$variant" "$invariant" "$verdict" "$(($(date +%s) - start))" "$counts")")
+  results+=("$(printf '%-17s %-4s %-8s %4ss  %s' "$variant" "$invariant" "$verdict" "$(($(date +%s) - start))" "$counts")")
 done
-printf '%-14s %-4s %-8s %5s  %s\n' variant for verdict time "violations by invariant"
+printf '%-17s %-4s %-8s %5s  %s\n' variant for verdict time "violations by invariant"
 printf '%s\n' "${results[@]}"
 exit $failed

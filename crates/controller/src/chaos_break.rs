@@ -19,6 +19,11 @@ pub const VARIANTS: &[(&str, &str)] = &[
     ("skip-cleanup", "I3"),
     // I4: a new template is never promoted.
     ("never-promote", "I4"),
+    // I2: workers are not restarted when their credential Secret changes (its digest is
+    // recorded as if they had been); once the servers distrust the old CA they poll no more,
+    // and the pinned workflows of a Draining version never complete. (I1 would see a current
+    // version's silent workers only once their last heartbeat is 3 minutes old.)
+    ("stale-credentials", "I2"),
 ];
 
 /// Whether broken behaviour `variant` is on.
@@ -56,6 +61,11 @@ pub fn break_plan(plan: &mut Plan, observed: &Observed) {
             {
                 plan.scale.push((name, 0));
             }
+        }
+    }
+    if is("stale-credentials") {
+        for write in &mut plan.credentials {
+            write.restart = false;
         }
     }
     // (Once a version is current, so that the run's set-up converges first.)
