@@ -44,15 +44,16 @@ async fn tls_secrets_by_build(client: &kube::Client, ns: &str) -> Vec<(String, S
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_draining_version_follows_a_connection_change() -> TestResult {
-    let sc = SharedConnection::new("reconnect").await?;
-    let ns = sc.tenant("reconnect").await;
-    let wd = sc.user(&ns, "w").await;
+/// With WorkerDeployment `w` of `ns` rolled out at v1: a pinned workflow of 600 s on v1, the
+/// image changed to v2, and v1 seen Draining with v2 current. Returns v1's build ID.
+async fn drain_v1(sc: &SharedConnection, ns: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let wd = wait_wd(&sc.client, ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
     let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
-    wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
-
-    // A pinned workflow keeps v1 Draining after v2 takes over.
+    let v1 = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
     let temporal = sc.w.env.temporal.connect().await?;
     twc_testenv::temporal::start_workflow(
         &temporal,
@@ -64,17 +65,79 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
     )
     .await?;
     tokio::time::sleep(Duration::from_secs(2)).await;
-    Api::<WorkerDeployment>::namespaced(sc.client.clone(), &ns)
+    let image = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image",
+        "value": format!("{WORKER_IMAGE}:v2")}]);
+    Api::<WorkerDeployment>::namespaced(sc.client.clone(), ns)
         .patch(
             "w",
             &PatchParams::default(),
-            &Patch::Json::<()>(serde_json::from_value(json!([{
-                "op": "replace",
-                "path": "/spec/template/spec/containers/0/image",
-                "value": format!("{WORKER_IMAGE}:v2")
-            }]))?),
+            &Patch::Json::<()>(serde_json::from_value(image)?),
         )
         .await?;
+    wait_wd(
+        &sc.client,
+        ns,
+        "w",
+        "v2 current, v1 draining",
+        ROLLOUT,
+        |wd| {
+            rolled_out(wd)
+                && wd
+                    .status
+                    .iter()
+                    .flat_map(|s| &s.deprecated_versions)
+                    .any(|d| {
+                        d.base.build_id == v1 && d.base.status == twc_api::VersionStatus::Draining
+                    })
+        },
+    )
+    .await;
+    Ok(v1)
+}
+
+/// The client certificate of `ns` renewed, as cert-manager does: the same Secret, new content.
+async fn renew_certificate(sc: &SharedConnection, ns: &str) -> Result<(), kube::Error> {
+    let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
+    Api::<Secret>::namespaced(sc.client.clone(), ns)
+        .patch(
+            MTLS_SECRET,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"stringData": renewed.string_data})),
+        )
+        .await?;
+    Ok(())
+}
+
+/// Waits until Deployment `name` records a digest other than `recorded` and carries it on its
+/// pod template too (its pods restart with the new Secret).
+async fn wait_restarted(
+    deployments: &Api<Deployment>,
+    name: &str,
+    recorded: Option<String>,
+) -> Result<Deployment, twc_testenv::Error> {
+    wait_for(
+        &format!("{name}'s pod template carries the new digest"),
+        QUICK,
+        || {
+            let (deployments, recorded) = (deployments.clone(), recorded.clone());
+            async move {
+                let d = deployments.get(name).await.map_err(|e| e.to_string())?;
+                match digests(&d) {
+                    (Some(now), Some(t), _) if now == t && Some(&now) != recorded.as_ref() => Ok(d),
+                    other => Err(format!("{other:?}")),
+                }
+            }
+        },
+    )
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_version_follows_a_connection_change() -> TestResult {
+    let sc = SharedConnection::new("reconnect").await?;
+    let ns = sc.tenant("reconnect").await;
+    sc.user(&ns, "w").await;
+    drain_v1(&sc, &ns).await?;
     let draining = |wd: &WorkerDeployment| {
         rolled_out(wd)
             && wd
@@ -83,15 +146,6 @@ async fn a_draining_version_follows_a_connection_change() -> TestResult {
                 .flat_map(|s| &s.deprecated_versions)
                 .any(|d| d.base.status == twc_api::VersionStatus::Draining)
     };
-    wait_wd(
-        &sc.client,
-        &ns,
-        "w",
-        "v2 current, v1 draining",
-        ROLLOUT,
-        draining,
-    )
-    .await;
 
     // A new client certificate under another Secret name.
     Api::<Secret>::namespaced(sc.client.clone(), &ns)
@@ -277,27 +331,8 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
     );
 
     // The certificate renewed, as cert-manager does: the same Secret, new content.
-    let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
-    secrets
-        .patch(
-            MTLS_SECRET,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": renewed.string_data})),
-        )
-        .await?;
-    let d = wait_for("the pod template carries the new digest", QUICK, || {
-        let deployments = deployments.clone();
-        let name = name.clone();
-        let recorded = recorded.clone();
-        async move {
-            let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
-            match digests(&d) {
-                (Some(now), Some(t), _) if now == t && now != recorded => Ok(d),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await?;
+    renew_certificate(&sc, &ns).await?;
+    let d = wait_restarted(&deployments, &name, Some(recorded)).await?;
     assert_eq!(
         digests(&d).2.as_deref(),
         Some(build.as_str()),
@@ -340,43 +375,9 @@ async fn a_deletion_restarts_the_draining_workers_it_waits_for_on_a_renewed_cert
 -> TestResult {
     let sc = SharedConnection::new("renew-del").await?;
     let ns = sc.tenant("renew-del").await;
-    let wd = sc.user(&ns, "w").await;
-    let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
-    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
-    let v1 = wd
-        .status
-        .and_then(|s| s.current_version)
-        .map(|c| c.base.build_id)
-        .unwrap_or_default();
-    let temporal = sc.w.env.temporal.connect().await?;
-    twc_testenv::temporal::start_workflow(
-        &temporal,
-        &temporal_ns,
-        "w",
-        "Sleep",
-        "pinned",
-        Some("600"),
-    )
-    .await?;
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    sc.user(&ns, "w").await;
+    let v1 = drain_v1(&sc, &ns).await?;
     let wds = Api::<WorkerDeployment>::namespaced(sc.client.clone(), &ns);
-    let image = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image",
-        "value": format!("{WORKER_IMAGE}:v2")}]);
-    wds.patch(
-        "w",
-        &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(image)?),
-    )
-    .await?;
-    wait_wd(&sc.client, &ns, "w", "v1 draining", ROLLOUT, |wd| {
-        rolled_out(wd)
-            && wd
-                .status
-                .iter()
-                .flat_map(|s| &s.deprecated_versions)
-                .any(|d| d.base.build_id == v1 && d.base.status == twc_api::VersionStatus::Draining)
-    })
-    .await;
     wds.delete("w", &Default::default()).await?;
     let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
     let name = twc_controller::plan::build_id::deployment_name("w", &v1);
@@ -401,26 +402,8 @@ async fn a_deletion_restarts_the_draining_workers_it_waits_for_on_a_renewed_cert
     .await?;
     let recorded = digests(&deployments.get(&name).await?).0;
 
-    let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
-    Api::<Secret>::namespaced(sc.client.clone(), &ns)
-        .patch(
-            MTLS_SECRET,
-            &PatchParams::default(),
-            &Patch::Merge(json!({"stringData": renewed.string_data})),
-        )
-        .await?;
-    wait_for("v1's pod template carries the new digest", QUICK, || {
-        let deployments = deployments.clone();
-        let (name, recorded) = (name.clone(), recorded.clone());
-        async move {
-            let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
-            match digests(&d) {
-                (Some(now), Some(t), _) if now == t && Some(&now) != recorded.as_ref() => Ok(()),
-                other => Err(format!("{other:?}")),
-            }
-        }
-    })
-    .await?;
+    renew_certificate(&sc, &ns).await?;
+    wait_restarted(&deployments, &name, recorded).await?;
     wait_event(&sc.client, &ns, "CredentialsChanged", &name, QUICK).await;
     // Still waiting for the pinned workflow.
     assert!(
