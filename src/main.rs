@@ -100,6 +100,13 @@ struct RunArgs {
         default_value_t = 75
     )]
     max_undeletable_versions: usize,
+    /// At most this many versioned Deployments restart at once per Temporal address and
+    /// namespace when a credential Secret's content changes (a renewed certificate, a new API
+    /// key); the next when one is available again. The current and target versions of a
+    /// WorkerDeployment restart after its others. A restart whose old client certificate
+    /// expires within 15 minutes goes at once. 0 restarts them all at once.
+    #[arg(long, env = "TWC_RESTART_PACE", default_value_t = twc_controller::restarts::DEFAULT_LIMIT)]
+    restart_pace: usize,
     /// Routing back to a version that was current within this many seconds is a rollback:
     /// promoted at once, without ramp steps or gate.
     #[arg(long, env = "ROLLBACK_WINDOW_SECONDS", default_value_t = 3600)]
@@ -335,6 +342,7 @@ fn main() -> anyhow::Result<()> {
                 temporal_read_rps,
                 temporal_read_burst,
                 max_undeletable_versions,
+                restart_pace,
                 rollback_window_seconds,
                 wrt_allowed_kinds,
                 metrics_bind_address,
@@ -395,6 +403,7 @@ fn main() -> anyhow::Result<()> {
                         rollback_window: Duration::from_secs(rollback_window_seconds),
                     },
                     wrt_allowed_kinds,
+                    restart_pace,
                     ..Default::default()
                 };
                 let leader_election = leader_elect.then(|| {

@@ -81,6 +81,14 @@ pub mod labels {
     /// its pods started with. On its pod template, set only when the content changed, to
     /// restart the pods with the new content (same build ID).
     pub const CREDENTIALS_DIGEST: &str = "temporal.io/credentials-digest";
+    /// Not in TWC. On a versioned Deployment: when the controller last restarted its pods for
+    /// changed credential Secrets (RFC 3339). A restart holds its place in the pace
+    /// (`--restart-pace`) until the Deployment is available again, at most 10 minutes.
+    pub const CREDENTIALS_RESTARTED_AT: &str = "temporal.io/credentials-restarted-at";
+    /// Not in TWC. On a versioned Deployment: when the client certificate its pods started
+    /// with expires (RFC 3339), recorded with [`CREDENTIALS_DIGEST`] for mutual TLS. A restart
+    /// onto renewed Secrets never waits for the pace past it.
+    pub const CREDENTIALS_NOT_AFTER: &str = "temporal.io/credentials-not-after";
 }
 
 /// Condition types and reasons, the same strings as TWC.

@@ -89,6 +89,8 @@ mod wire {
     pub struct Pod {
         #[serde(default)]
         pub containers: Vec<Container>,
+        #[serde(default)]
+        pub volumes: Vec<Volume>,
     }
 
     #[derive(Deserialize)]
@@ -97,9 +99,36 @@ mod wire {
     }
 
     #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
     pub struct Env {
         pub name: String,
         pub value: Option<String>,
+        pub value_from: Option<EnvFrom>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct EnvFrom {
+        pub secret_key_ref: Option<SecretKey>,
+    }
+
+    #[derive(Deserialize)]
+    pub struct SecretKey {
+        pub name: Option<String>,
+        #[serde(default)]
+        pub key: String,
+    }
+
+    #[derive(Deserialize)]
+    pub struct Volume {
+        pub name: String,
+        pub secret: Option<SecretVolume>,
+    }
+
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    pub struct SecretVolume {
+        pub secret_name: Option<String>,
     }
 
     #[derive(Default, Deserialize)]
@@ -108,6 +137,8 @@ mod wire {
         pub replicas: Option<i32>,
         pub ready_replicas: Option<i32>,
         pub available_replicas: Option<i32>,
+        pub updated_replicas: Option<i32>,
+        pub observed_generation: Option<i64>,
         pub conditions: Option<Vec<Condition>>,
     }
 
@@ -130,13 +161,24 @@ impl From<wire::Deployment> for CachedDeployment {
             .metadata
             .and_then(|m| m.annotations)
             .unwrap_or_default();
-        let temporal_namespace = template
-            .spec
-            .into_iter()
-            .flat_map(|p| p.containers)
-            .flat_map(|c| c.env.into_iter().flatten())
-            .find(|e| e.name == "TEMPORAL_NAMESPACE")
-            .and_then(|e| e.value);
+        let pod = template.spec;
+        let env = || {
+            pod.iter()
+                .flat_map(|p| &p.containers)
+                .flat_map(|c| c.env.iter().flatten())
+        };
+        let value_of = |name: &str| env().find(|e| e.name == name).and_then(|e| e.value.clone());
+        let temporal_namespace = value_of("TEMPORAL_NAMESPACE");
+        let temporal_address = value_of("TEMPORAL_ADDRESS");
+        let api_key = env()
+            .find(|e| e.name == "TEMPORAL_API_KEY")
+            .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+            .map(|r| (r.name.as_deref().unwrap_or_default(), r.key.as_str()));
+        let volumes = pod.iter().flat_map(|p| &p.volumes).map(|v| {
+            let secret = v.secret.as_ref().and_then(|s| s.secret_name.as_deref());
+            (v.name.as_str(), secret)
+        });
+        let auth = crate::plan::deployment::pod_auth(volumes, api_key);
         let status = d.status.unwrap_or_default();
         let available = status
             .conditions
@@ -152,10 +194,12 @@ impl From<wire::Deployment> for CachedDeployment {
             })
         };
         let mut metadata = d.metadata;
-        let credentials_digest = metadata
-            .annotations
-            .as_mut()
-            .and_then(|a| a.remove(twc_api::labels::CREDENTIALS_DIGEST));
+        let mut take = |key: &str| metadata.annotations.as_mut().and_then(|a| a.remove(key));
+        let credentials_digest = take(twc_api::labels::CREDENTIALS_DIGEST);
+        let restarted_at = take(twc_api::labels::CREDENTIALS_RESTARTED_AT)
+            .and_then(|t| crate::temporal::credentials::parse_rfc3339(&t));
+        let credentials_not_after = take(twc_api::labels::CREDENTIALS_NOT_AFTER)
+            .and_then(|t| crate::temporal::credentials::parse_rfc3339(&t));
         // Of the labels only the build ID is read; the rest (the template's, copied to each
         // version) were half of what this cache held.
         if let Some(labels) = metadata.labels.as_mut() {
@@ -177,9 +221,16 @@ impl From<wire::Deployment> for CachedDeployment {
             available_since: since("True"),
             unavailable_since: since("False"),
             connection_hash: annotations.remove(twc_api::labels::CONNECTION_SPEC_HASH),
+            auth: Some(auth),
             template_digest: annotations.remove(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
             credentials_digest,
             temporal_namespace,
+            temporal_address,
+            generation: metadata.generation,
+            observed_generation: status.observed_generation,
+            updated_replicas: status.updated_replicas.unwrap_or(0),
+            restarted_at,
+            credentials_not_after,
             strategy,
             // Filled from the metadata when observed (not kept twice in the cache).
             uid: None,
@@ -266,6 +317,24 @@ mod tests {
             available_since: since("True"),
             unavailable_since: since("False"),
             connection_hash: annotation(twc_api::labels::CONNECTION_SPEC_HASH),
+            auth: Some(crate::plan::deployment::pod_auth(
+                template
+                    .and_then(|t| t.spec.as_ref())
+                    .into_iter()
+                    .flat_map(|p| p.volumes.iter().flatten())
+                    .map(|v| {
+                        let secret = v.secret.as_ref().and_then(|s| s.secret_name.as_deref());
+                        (v.name.as_str(), secret)
+                    }),
+                template
+                    .and_then(|t| t.spec.as_ref())
+                    .into_iter()
+                    .flat_map(|p| p.containers.iter())
+                    .flat_map(|c| c.env.iter().flatten())
+                    .find(|e| e.name == "TEMPORAL_API_KEY")
+                    .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
+                    .map(|r| (r.name.as_str(), r.key.as_str())),
+            )),
             template_digest: annotation(twc_api::labels::POD_TEMPLATE_SPEC_HASH),
             credentials_digest: d
                 .annotations()
@@ -278,6 +347,18 @@ mod tests {
                 .flat_map(|c| c.env.iter().flatten())
                 .find(|e| e.name == "TEMPORAL_NAMESPACE")
                 .and_then(|e| e.value.clone()),
+            temporal_address: template
+                .and_then(|t| t.spec.as_ref())
+                .into_iter()
+                .flat_map(|p| p.containers.iter())
+                .flat_map(|c| c.env.iter().flatten())
+                .find(|e| e.name == "TEMPORAL_ADDRESS")
+                .and_then(|e| e.value.clone()),
+            generation: d.metadata.generation,
+            observed_generation: status.and_then(|s| s.observed_generation),
+            updated_replicas: status.and_then(|s| s.updated_replicas).unwrap_or(0),
+            restarted_at: None,
+            credentials_not_after: None,
             strategy: d.spec.as_ref().and_then(|s| s.strategy.clone()),
             uid: d.metadata.uid.clone(),
             resource_version: d.metadata.resource_version.clone(),

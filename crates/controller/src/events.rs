@@ -23,6 +23,14 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 pub use kube::runtime::events::EventType;
 
+/// An event to publish about an object: its type, reason and note.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Note {
+    pub type_: EventType,
+    pub reason: &'static str,
+    pub note: String,
+}
+
 /// Repeats of an event within this time of its last sighting join its series (client-go
 /// and kube-runtime use six minutes too).
 pub const SERIES_WINDOW: Duration = Duration::from_secs(6 * 60);

@@ -19,6 +19,7 @@ pub mod metrics_auth;
 pub mod observed;
 pub mod plan;
 pub mod rbac;
+pub mod restarts;
 pub mod scoped;
 pub mod temporal;
 pub mod worker_pods;

@@ -66,6 +66,17 @@ struct SecretLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PlaceLabels {
+    address: String,
+    temporal_namespace: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct AdmissionLabels {
+    admission: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct WorkerDeploymentLabels {
     namespace: String,
     worker_deployment: String,
@@ -126,6 +137,9 @@ pub struct Metrics {
     remembered: Gauge,
     queue_depth: Family<ControllerLabels, Gauge>,
     build_info: Family<BuildLabels, Gauge>,
+    restarts_in_progress: Family<PlaceLabels, Gauge>,
+    restarts_waiting: Family<PlaceLabels, Gauge>,
+    restarts: Family<AdmissionLabels, Counter>,
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -155,6 +169,9 @@ impl Metrics {
             remembered: Gauge::default(),
             queue_depth: Family::default(),
             build_info: Family::default(),
+            restarts_in_progress: Family::default(),
+            restarts_waiting: Family::default(),
+            restarts: Family::default(),
             registry: Registry::default(),
         };
         registry.register(
@@ -231,6 +248,21 @@ impl Metrics {
             "work_queue_depth",
             "Objects triggered (by a watch event or a dependency) and waiting for their reconcile to start",
             m.queue_depth.clone(),
+        );
+        registry.register(
+            "credential_restarts_in_progress",
+            "Versioned Deployments restarting onto renewed credential Secrets, by Temporal address and namespace, as last counted by the restart pace",
+            m.restarts_in_progress.clone(),
+        );
+        registry.register(
+            "credential_restarts_waiting",
+            "WorkerDeployments whose restarts onto renewed credential Secrets wait for the restart pace, by Temporal address and namespace",
+            m.restarts_waiting.clone(),
+        );
+        registry.register(
+            "credential_restarts",
+            "Versioned Deployments restarted onto renewed credential Secrets, by admission: paced, or urgent (the old certificate was about to expire)",
+            m.restarts.clone(),
         );
         registry.register(
             "build_info",
@@ -383,6 +415,28 @@ impl Metrics {
     pub fn remembered(&self, count: usize) {
         self.remembered
             .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// The restart pace at Temporal `address` and `namespace`: restarts under way,
+    /// WorkerDeployments waiting.
+    pub fn restarts(&self, address: &str, namespace: &str, in_progress: usize, waiting: usize) {
+        let labels = PlaceLabels {
+            address: address.into(),
+            temporal_namespace: namespace.into(),
+        };
+        let n = |v: usize| i64::try_from(v).unwrap_or(i64::MAX);
+        self.restarts_in_progress
+            .get_or_create(&labels)
+            .set(n(in_progress));
+        self.restarts_waiting.get_or_create(&labels).set(n(waiting));
+    }
+
+    /// Counts a restart onto renewed credentials, `urgent` when it went ahead of the pace.
+    pub fn restarted(&self, urgent: bool) {
+        let admission = if urgent { "urgent" } else { "paced" };
+        self.restarts
+            .get_or_create(&AdmissionLabels { admission })
+            .inc();
     }
 
     /// Whether this replica leads.

@@ -68,6 +68,14 @@ impl<K: Resource<DynamicType = ()> + Clone + 'static> Scoped<K> {
         }
     }
 
+    /// Every cached object of every scope.
+    pub fn all(&self) -> Vec<Arc<K>> {
+        self.stores
+            .iter()
+            .flat_map(|(_, store, _)| store.state())
+            .collect()
+    }
+
     /// Every cached object in `namespace`: through the index if there is one (the cost is
     /// that of the namespace's objects), else by going through the whole store.
     pub fn in_namespace(&self, namespace: &str) -> Vec<Arc<K>> {

@@ -240,10 +240,29 @@ pub struct WorkerDeploymentStatus {
     /// The rollout controls (annotations) as the controller last acted on them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub controls: Option<RolloutControls>,
+    /// Versions whose workers wait to restart with renewed credential Secrets, and why: the
+    /// controller restarts at most `--restart-pace` versioned Deployments at once per Temporal
+    /// address and namespace, and the current and target versions after the others. Empty
+    /// when none waits.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restarts_waiting: Vec<WaitingRestart>,
     /// Latest observations (`Ready`, `Progressing`, `RolledBack`, `VersionsKnown`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// A version whose workers wait to restart with renewed credential Secrets.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WaitingRestart {
+    /// The versioned Deployment.
+    pub deployment: String,
+    /// Its build ID.
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// Why it waits.
+    pub message: String,
 }
 
 /// A target build that failed its rollout.

@@ -55,6 +55,9 @@ pub struct Config {
     pub wrt_allowed_kinds: Vec<String>,
     /// The read budget per Temporal namespace (`list_every` follows `intervals.steady`).
     pub reads: ReadConfig,
+    /// At most this many versioned Deployments restart at once per Temporal address and
+    /// namespace for renewed credential Secrets (0: no pace).
+    pub restart_pace: usize,
 }
 
 impl Default for Config {
@@ -72,6 +75,7 @@ impl Default for Config {
                 .map(|k| k.to_string())
                 .collect(),
             reads: ReadConfig::default(),
+            restart_pace: crate::restarts::DEFAULT_LIMIT,
         }
     }
 }

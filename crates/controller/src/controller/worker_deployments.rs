@@ -88,6 +88,17 @@ pub(super) fn context(
         synced,
         memories: Default::default(),
         own: Default::default(),
+        restarts: {
+            // A WorkerDeployment waiting for the restart pace is reconciled when a restart of
+            // its place ends.
+            let s = senders.clone();
+            let wake: crate::restarts::Wake = Arc::new(move |key: &str| {
+                if let Some((ns, wd)) = key.split_once('/') {
+                    s.workers([(ns.to_string(), wd.to_string())]);
+                }
+            });
+            crate::restarts::Restarts::new(config.restart_pace, Some(wake))
+        },
         reads: {
             // A worker deployment whose listing changed is reconciled at once.
             let s = senders.clone();
@@ -151,6 +162,10 @@ pub(super) fn controller(
     .reflect(deployments_writer)
     .inspect_ok(move |ev| t.deployment(ev))
     .touched_objects()
+    .inspect_ok({
+        let ctx = ctx.clone();
+        move |d: &CachedDeployment| ctx.restarts.saw(&d.view)
+    })
     .predicate_filter(deployment_predicate, Default::default())
     .inspect_ok({
         let queue = ctx.queue.clone();

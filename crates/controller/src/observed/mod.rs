@@ -31,6 +31,9 @@ pub struct ObservedDeployment {
     /// Since when `Available` is False; None when it is True or not reported.
     pub unavailable_since: Option<SystemTime>,
     pub connection_hash: Option<String>,
+    /// How its pods authenticate to Temporal, as rendered in its pod template
+    /// (`plan::deployment::auth_fingerprint`); None when not read.
+    pub auth: Option<String>,
     pub template_digest: Option<String>,
     /// The digest of the credential Secrets' content its pods started with, as recorded on
     /// the Deployment (None: not recorded, as on a Deployment TWC created).
@@ -38,6 +41,19 @@ pub struct ObservedDeployment {
     /// The Temporal namespace its workers poll (`TEMPORAL_NAMESPACE` as rendered); None when
     /// not known.
     pub temporal_namespace: Option<String>,
+    /// `TEMPORAL_ADDRESS` as rendered; None when not known.
+    pub temporal_address: Option<String>,
+    /// `metadata.generation` and `status.observedGeneration`.
+    pub generation: Option<i64>,
+    pub observed_generation: Option<i64>,
+    /// `status.updatedReplicas`: pods of its current pod template.
+    pub updated_replicas: i32,
+    /// When the controller last restarted its pods for changed credentials (recorded on the
+    /// Deployment); None when it never did.
+    pub restarted_at: Option<SystemTime>,
+    /// When the client certificate its pods started with expires, as recorded with
+    /// `credentials_digest` (mutual TLS; None when not recorded).
+    pub credentials_not_after: Option<SystemTime>,
     /// `spec.strategy` as stored (the apiserver fills `apps/v1`'s defaults).
     pub strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
     /// The object this view was taken from (`metadata.uid`, `metadata.resourceVersion`): a
@@ -70,6 +86,8 @@ pub struct Observed {
     /// The digest of the credential Secrets' content as the connection reads them now (None:
     /// the connection names no Secret, or it was not read).
     pub secrets_digest: Option<String>,
+    /// When the client certificate of that content expires (mutual TLS).
+    pub secrets_not_after: Option<SystemTime>,
 }
 
 /// Whether a current version's task queues have active pollers (TWC #448).
@@ -125,6 +143,7 @@ impl Observed {
             pods_due: None,
             pollers: None,
             secrets_digest: None,
+            secrets_not_after: None,
         }
     }
 }

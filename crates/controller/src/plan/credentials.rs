@@ -9,11 +9,19 @@
 //! it, or an older controller) gets the current digest recorded, and nothing restarts: a
 //! takeover restarts no pod. One whose digest differs gets the new digest on its pod template
 //! too, which rolls its pods.
+//!
+//! Restarts are paced: across WorkerDeployments by the controller's restart pace
+//! (`crate::restarts`, per Temporal connection), and within one here: its current and target
+//! versions restart last, once its other versions' restarts are over. Neither ever delays a
+//! restart past the moment the old client certificate expires ([`urgent`]).
 
-use twc_api::labels::CREDENTIALS_DIGEST;
+use std::time::{Duration, SystemTime};
+
+use twc_api::labels::{CREDENTIALS_DIGEST, CREDENTIALS_NOT_AFTER};
 use twc_api::{RESTART_ON_SECRET_CHANGE_ANNOTATION, WorkerDeployment};
 
 use super::{Observed, ObservedDeployment, Plan};
+use crate::temporal::credentials::rfc3339;
 
 /// A digest to record on a versioned Deployment.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -23,6 +31,78 @@ pub struct CredentialsWrite {
     pub digest: String,
     /// Restart its pods (the digest goes on its pod template too); else only record it.
     pub restart: bool,
+    /// Where its workers poll: the restart pace counts per place.
+    pub place: Place,
+    /// When the client certificate its pods hold now expires, if known: the restart never
+    /// waits for the pace past [`urgent`] of it.
+    pub expires: Option<SystemTime>,
+    /// When the client certificate of the new content expires (recorded with the digest).
+    pub not_after: Option<SystemTime>,
+}
+
+/// A Temporal connection as the pace counts it: the address and namespace the workers poll.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Place {
+    pub address: String,
+    pub namespace: String,
+}
+
+impl std::fmt::Display for Place {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} namespace {}", self.address, self.namespace)
+    }
+}
+
+/// A restart held back by this plan, for the status and an event.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HeldRestart {
+    pub deployment: String,
+    pub build: String,
+    pub why: String,
+}
+
+/// A restart the controller started holds its place this long at most, available again or
+/// not: a version that never becomes available (its image gone, a node short) must not hold
+/// every other restart of its connection for ever.
+pub const RESTART_HOLD: Duration = Duration::from_secs(600);
+
+/// A restart whose pods' certificate expires within this goes at once, whatever the pace:
+/// the longest a restart may take ([`RESTART_HOLD`]) and five minutes to spare.
+pub const URGENT_BEFORE_EXPIRY: Duration = Duration::from_secs(900);
+
+/// Whether a restart of pods whose certificate expires at `expires` must go at `now`, paced
+/// or not.
+pub fn urgent(expires: Option<SystemTime>, now: SystemTime) -> bool {
+    expires.is_some_and(|e| e <= now + URGENT_BEFORE_EXPIRY)
+}
+
+/// Whether `d` runs its current pod template everywhere: every pod updated and available,
+/// none of an older template left, and the Deployment controller has seen the latest spec.
+pub fn rolled_out(d: &ObservedDeployment) -> bool {
+    let want = d.spec_replicas.unwrap_or(d.replicas);
+    let seen = match (d.generation, d.observed_generation) {
+        (Some(g), Some(o)) => o >= g,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    seen && d.updated_replicas >= want
+        && d.replicas <= d.updated_replicas
+        && d.available_replicas >= want
+}
+
+/// Whether `d` is in the middle of a restart the controller started (it holds a place in the
+/// pace): restarted less than [`RESTART_HOLD`] ago and not [`rolled_out`] yet.
+pub fn restarting(d: &ObservedDeployment, now: SystemTime) -> bool {
+    d.restarted_at
+        .is_some_and(|at| now < at + RESTART_HOLD && !rolled_out(d))
+}
+
+/// The place `d`'s workers poll; None when its Deployment does not say.
+pub fn place_of(d: &ObservedDeployment) -> Option<Place> {
+    Some(Place {
+        address: d.temporal_address.clone()?,
+        namespace: d.temporal_namespace.clone()?,
+    })
 }
 
 /// Whether `wd` asks not to have its workers restarted when its Secrets change (they reload
@@ -49,17 +129,27 @@ pub fn secrets_of(digest: &str) -> &str {
 /// namespace mounts the same Secrets of the same namespace, and its pinned workflows need its
 /// workers to reach Temporal too (a rolling update, nothing stops). A Deployment without a
 /// digest gets the current one recorded when its pods mount the current connection's Secrets.
+///
+/// The current and target versions restart last: while another version of `wd` restarts (or
+/// is about to), theirs wait ([`Plan::restarts_held`]), unless their certificate is about to
+/// expire.
 pub(super) fn plan_credentials(
     wd: &WorkerDeployment,
     observed: &Observed,
-    desired_conn_hash: &str,
+    desired_conn: &super::deployment::PodConnection,
     plan: &mut Plan,
 ) {
     let Some(digest) = observed.secrets_digest.as_deref() else {
         return;
     };
-    stamp(plan, digest);
+    stamp(plan, digest, observed.secrets_not_after);
     let opted_out = opted_out(wd);
+    let now = observed.now;
+    let last = |build: &str| {
+        *build == plan.target_build_id
+            || observed.temporal.current_build_id.as_deref() == Some(build)
+    };
+    let mut writes = Vec::new();
     for (build, d) in &observed.deployments {
         let written = plan
             .apply
@@ -68,16 +158,31 @@ pub(super) fn plan_credentials(
             || plan.reconnect.contains(build)
             || plan.retire.contains(build)
             || plan.delete_deployments.contains(&d.name);
-        let current_connection = d.connection_hash.as_deref() == Some(desired_conn_hash);
+        let current_connection = desired_conn.holds(d);
         let stopping = plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0);
         if !written {
-            plan.credentials.extend(write_for(
-                d,
-                digest,
-                current_connection,
-                stopping,
-                opted_out,
-            ));
+            let w = write_for(d, digest, current_connection, stopping, opted_out);
+            writes.extend(w.map(|mut w| {
+                w.not_after = observed.secrets_not_after;
+                (last(build), w)
+            }));
+        }
+    }
+    // Another version restarting now, or about to: the current and target wait for it.
+    let others_restart = observed
+        .deployments
+        .iter()
+        .any(|(b, d)| !last(b) && restarting(d, now))
+        || writes.iter().any(|(l, w)| !l && w.restart);
+    for (last, w) in writes {
+        if last && w.restart && others_restart && !urgent(w.expires, now) {
+            plan.restarts_held.push(HeldRestart {
+                deployment: w.deployment,
+                build: w.build,
+                why: "restarts after the older versions of its WorkerDeployment".into(),
+            });
+        } else {
+            plan.credentials.push(w);
         }
     }
 }
@@ -103,6 +208,9 @@ fn write_for(
         build: d.build_id.clone(),
         digest: digest.to_string(),
         restart: d.credentials_digest.is_some() && !stopping && !opted_out,
+        place: place_of(d).unwrap_or_default(),
+        expires: d.credentials_not_after,
+        not_after: None,
     })
 }
 
@@ -122,13 +230,14 @@ pub fn while_deleting<'a>(
         .collect()
 }
 
-/// Records `digest` on every Deployment the plan applies (each starts pods that mount the
-/// Secrets as they are now).
-fn stamp(plan: &mut Plan, digest: &str) {
+/// Records `digest` (and the certificate's expiry, `not_after`) on every Deployment the plan
+/// applies (each starts pods that mount the Secrets as they are now).
+fn stamp(plan: &mut Plan, digest: &str, not_after: Option<SystemTime>) {
     for d in &mut plan.apply {
-        d.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(CREDENTIALS_DIGEST.into(), digest.into());
+        let annotations = d.metadata.annotations.get_or_insert_with(Default::default);
+        annotations.insert(CREDENTIALS_DIGEST.into(), digest.into());
+        if let Some(t) = not_after {
+            annotations.insert(CREDENTIALS_NOT_AFTER.into(), rfc3339(t));
+        }
     }
 }

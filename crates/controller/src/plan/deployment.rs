@@ -43,6 +43,75 @@ pub fn connection_hash(spec: &ConnectionSpec) -> String {
     h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// What a worker pod sees of a connection beside [`connection_hash`] (which is TWC's and
+/// leaves these out): how it authenticates, and from which Secret and key. `mtls:<Secret>`,
+/// `api-key:<Secret>:<key>`, both joined by `+` (a Deployment TWC left with both after an
+/// auth-mode change), or `none`. Read from the Deployment itself ([`pod_auth`]) and compared
+/// with the connection's ([`auth_of`]): a difference rolls the Deployment like any other
+/// connection change.
+pub fn auth_fingerprint(mtls_secret: Option<&str>, api_key: Option<(&str, &str)>) -> String {
+    let mut parts = Vec::new();
+    if let Some(secret) = mtls_secret {
+        parts.push(format!("mtls:{secret}"));
+    }
+    if let Some((name, key)) = api_key {
+        parts.push(format!("api-key:{name}:{key}"));
+    }
+    if parts.is_empty() {
+        return "none".into();
+    }
+    parts.join("+")
+}
+
+/// [`auth_fingerprint`] of what the connection `conn` makes the pods mount and read.
+pub fn auth_of(conn: &ConnectionSpec) -> String {
+    match conn.auth_mode() {
+        AuthMode::MutualTls => auth_fingerprint(Some(conn.secret_name().unwrap_or_default()), None),
+        AuthMode::ApiKey => {
+            let selector = conn.api_key_secret_ref.clone().unwrap_or_default();
+            auth_fingerprint(None, Some((&selector.name, &selector.key)))
+        }
+        AuthMode::None => auth_fingerprint(None, None),
+    }
+}
+
+/// [`auth_fingerprint`] of a pod template as rendered: the mTLS Secret volume, the
+/// `TEMPORAL_API_KEY` variable's Secret and key.
+pub fn pod_auth<'a>(
+    volumes: impl IntoIterator<Item = (&'a str, Option<&'a str>)>,
+    api_key_env: Option<(&'a str, &'a str)>,
+) -> String {
+    let mtls = volumes
+        .into_iter()
+        .find(|(name, _)| *name == TLS_VOLUME)
+        .map(|(_, secret)| secret.unwrap_or_default());
+    auth_fingerprint(mtls, api_key_env)
+}
+
+/// What the pods of a version must see of the connection: TWC's [`connection_hash`] and the
+/// [`auth_of`] it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PodConnection {
+    pub hash: String,
+    pub auth: String,
+}
+
+impl PodConnection {
+    pub fn of(conn: &ConnectionSpec) -> Self {
+        Self {
+            hash: connection_hash(conn),
+            auth: auth_of(conn),
+        }
+    }
+
+    /// Whether `d`'s pods see this connection (an auth not read, as in a test's fixture,
+    /// counts as the same).
+    pub fn holds(&self, d: &crate::observed::ObservedDeployment) -> bool {
+        d.connection_hash.as_deref() == Some(self.hash.as_str())
+            && d.auth.as_ref().is_none_or(|a| *a == self.auth)
+    }
+}
+
 /// Label values are at most 63 characters of `[a-zA-Z0-9-_.]`.
 fn label_value(s: &str) -> String {
     let cleaned: String = s

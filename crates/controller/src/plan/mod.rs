@@ -147,6 +147,9 @@ pub struct Plan {
     pub restrategy: Vec<(String, DeploymentStrategy)>,
     /// Credential digests to record, and restarts for changed credential Secrets.
     pub credentials: Vec<CredentialsWrite>,
+    /// Restarts for changed credential Secrets this plan holds back (the current and target
+    /// versions wait for the others').
+    pub restarts_held: Vec<credentials::HeldRestart>,
     /// Gate workflows to start on the target (before any routing change).
     pub start_gates: Vec<GateStart>,
     /// Claim the manager identity before the routing change.
@@ -293,7 +296,7 @@ pub fn plan_with(
     } else {
         wd.spec.replicas
     };
-    let desired_conn_hash = deployment::connection_hash(conn);
+    let desired_conn = deployment::PodConnection::of(conn);
 
     target_deployment(
         wd,
@@ -301,18 +304,11 @@ pub fn plan_with(
         observed,
         limits,
         &target,
-        &desired_conn_hash,
+        &desired_conn,
         &mut plan,
     );
-    scale_and_sunset(
-        wd,
-        observed,
-        &target,
-        replicas,
-        &desired_conn_hash,
-        &mut plan,
-    );
-    reconnect_older_versions(observed, &target, &desired_conn_hash, &mut plan);
+    scale_and_sunset(wd, observed, &target, replicas, &desired_conn, &mut plan);
+    reconnect_older_versions(observed, &target, &desired_conn, &mut plan);
     delete_drained_versions(observed, &target, &mut plan);
     plan.restrategy = deployment::strategy_changes(wd, observed, |name| {
         plan.delete_deployments.iter().any(|n| n == name)
@@ -322,7 +318,7 @@ pub fn plan_with(
                 .any(|a| a.metadata.name.as_deref() == Some(name))
     });
 
-    credentials::plan_credentials(wd, observed, &desired_conn_hash, &mut plan);
+    credentials::plan_credentials(wd, observed, &desired_conn, &mut plan);
 
     let guard = guard::assess(wd, &target, observed);
     if let Some(at) = guard.deadline_at {
@@ -347,7 +343,7 @@ fn target_deployment(
     observed: &Observed,
     limits: &Limits,
     target: &str,
-    desired_conn_hash: &str,
+    desired_conn: &deployment::PodConnection,
     plan: &mut Plan,
 ) {
     let spec = &wd.spec;
@@ -385,7 +381,7 @@ fn target_deployment(
         Some(d) => {
             let custom = spec.worker_options.unsafe_custom_build_id.is_some();
             let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
-            let conn_drift = d.connection_hash.as_deref() != Some(desired_conn_hash);
+            let conn_drift = !desired_conn.holds(d);
             // The target follows the spec to a new Temporal namespace (older versions stay).
             let moved = d
                 .temporal_namespace
@@ -404,7 +400,7 @@ fn scale_and_sunset(
     observed: &Observed,
     target: &str,
     replicas: Option<i32>,
-    desired_conn_hash: &str,
+    desired_conn: &deployment::PodConnection,
     plan: &mut Plan,
 ) {
     let now = observed.now;
@@ -460,7 +456,8 @@ fn scale_and_sunset(
                 }
             }
             VersionStatus::NotRegistered => {
-                let here = d.connection_hash.as_deref() == Some(desired_conn_hash);
+                // Where they poll (the place, not how they authenticate).
+                let here = d.connection_hash.as_deref() == Some(desired_conn.hash.as_str());
                 if d.ready_replicas == 0 && here {
                     // No worker up, and they would poll where the controller looks: it never
                     // polled, or the server deleted it (Drained, no pollers) to make room.
@@ -524,7 +521,7 @@ fn scale_and_sunset(
 fn reconnect_older_versions(
     observed: &Observed,
     target: &str,
-    desired_conn_hash: &str,
+    desired_conn: &deployment::PodConnection,
     plan: &mut Plan,
 ) {
     let state = &observed.temporal;
@@ -536,7 +533,7 @@ fn reconnect_older_versions(
         if *build != target
             && status_of(state, build) != VersionStatus::NotRegistered
             && !plan.kept.iter().any(|k| k.build_id == *build)
-            && d.connection_hash.as_deref() != Some(desired_conn_hash)
+            && !desired_conn.holds(d)
             && d.spec_replicas != Some(0)
             && !plan.delete_deployments.contains(&d.name)
             && !plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0)

@@ -148,11 +148,18 @@ pub fn auth_from_secrets(
                 .ok_or_else(|| format!("{where_} has no key {}", selector.key))?;
             let api_key = String::from_utf8(value)
                 .map_err(|_| format!("{where_} key {}: the API key is not UTF-8", selector.key))?;
-            let api_key = api_key.trim().to_string();
-            if api_key.is_empty() {
+            if api_key.trim().is_empty() {
                 return Err(format!(
                     "{where_} key {}: the API key is empty",
                     selector.key
+                ));
+            }
+            // The workers get these bytes as they are (`TEMPORAL_API_KEY` from the Secret):
+            // the controller checks exactly the key they will send, never a trimmed one.
+            if api_key.trim() != api_key {
+                return Err(format!(
+                    "{where_} key {}: the API key has leading or trailing whitespace (a newline at the end of a file?); the workers would send it as it is: write the Secret without it, e.g. kubectl create secret generic {} --from-literal={}=KEY",
+                    selector.key, selector.name, selector.key
                 ));
             }
             Credentials::ApiKey(api_key)
@@ -280,6 +287,14 @@ pub(crate) fn rfc3339(t: SystemTime) -> String {
         .unwrap_or_else(|_| format!("{secs}s after the epoch"))
 }
 
+/// A time written by [`rfc3339`]; None when it is not one.
+pub(crate) fn parse_rfc3339(s: &str) -> Option<SystemTime> {
+    s.trim()
+        .parse::<k8s_openapi::jiff::Timestamp>()
+        .ok()
+        .map(SystemTime::from)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -403,5 +418,38 @@ mod tests {
         let auth = auth_from_secrets(&spec, "ns", Some(&credential), Some(&ca), now)
             .unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(auth.ca_pem, Some(server_ca.cert_pem.into_bytes()));
+    }
+    /// The API key the workers get is the Secret's bytes as they are: one with whitespace
+    /// around it is refused with the reason, never checked trimmed and handed on raw.
+    #[test]
+    fn an_api_key_with_whitespace_around_it_is_refused() {
+        let api = spec(serde_json::json!({"hostPort": "t:7233",
+            "apiKeySecretRef": {"name": "keys", "key": "a"}}));
+        let opaque = |v: &str| {
+            let mut s = with_data(&[("a", v)]);
+            s.type_ = Some("Opaque".into());
+            s
+        };
+        let now = SystemTime::now();
+        let auth = auth_from_secrets(&api, "ns", Some(&opaque("key-1")), None, now)
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(matches!(&auth.credentials, Credentials::ApiKey(k) if k == "key-1"));
+        for bad in ["key-1\n", " key-1", "key-1\r\n"] {
+            let e = auth_from_secrets(&api, "ns", Some(&opaque(bad)), None, now)
+                .err()
+                .unwrap_or_else(|| panic!("{bad:?} accepted"));
+            assert!(
+                e.starts_with(
+                    "Secret ns/keys key a: the API key has leading or trailing whitespace"
+                ),
+                "{e}"
+            );
+            assert!(!e.contains("key-1"), "the key itself is never told: {e}");
+        }
+        let e = auth_from_secrets(&api, "ns", Some(&opaque("\n")), None, now).err();
+        assert_eq!(
+            e.as_deref(),
+            Some("Secret ns/keys key a: the API key is empty")
+        );
     }
 }

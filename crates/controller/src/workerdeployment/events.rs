@@ -15,13 +15,7 @@ use super::execute::{Applied, Done};
 use crate::error::{Error, Verdict};
 use crate::events::EventType;
 
-/// An event to publish about the WorkerDeployment.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Note {
-    pub type_: EventType,
-    pub reason: &'static str,
-    pub note: String,
-}
+pub use crate::events::Note;
 
 fn normal(reason: &'static str, note: String) -> Note {
     Note {
@@ -61,16 +55,6 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
             Done::Restrategized { deployment } => Some(normal(
                 "DeploymentStrategyApplied",
                 format!("set the strategy of Deployment {deployment} to spec.deploymentStrategy"),
-            )),
-            Done::CredentialsRecorded {
-                deployment,
-                build,
-                restarted: true,
-            } => Some(normal(
-                "CredentialsChanged",
-                format!(
-                    "restarting the pods of Deployment {deployment} (buildID {build}): the content of a credential Secret of its connection changed, and workers read it only at start"
-                ),
             )),
             Done::Reconnected { deployment, build } => Some(normal(
                 "DeploymentReconnected",
@@ -122,7 +106,6 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 format!("buildID {build} ramps at {percentage}%"),
             )),
             Done::Applied { .. }
-            | Done::CredentialsRecorded { .. }
             | Done::Scaled { .. }
             | Done::ClaimedManager
             | Done::RampCleared => None,

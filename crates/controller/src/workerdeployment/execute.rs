@@ -43,13 +43,6 @@ pub enum Done {
     Restrategized {
         deployment: String,
     },
-    /// The digest of the credential Secrets' content was recorded on a Deployment; with
-    /// `restarted`, on its pod template too: its pods restart with the new content.
-    CredentialsRecorded {
-        deployment: String,
-        build: String,
-        restarted: bool,
-    },
     DeletedDeployment {
         deployment: String,
     },
@@ -85,6 +78,10 @@ pub struct Applied {
     /// Deployments left alone because they changed since the plan's view of them (a
     /// precondition failed): planned again at once.
     pub stale: Vec<String>,
+    /// Credentials digests recorded, and restarts made, in order.
+    pub recorded: Vec<super::credentials::Recorded>,
+    /// Restarts onto renewed credentials the restart pace holds back.
+    pub held: Vec<plan::credentials::HeldRestart>,
 }
 
 /// The body of a scale to `replicas` of the Deployment `seen`. A scale-down carries the
@@ -238,9 +235,11 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             }
         }
     }
-    let recorded = write_credentials(&deployments, &ns, &plan.credentials).await;
-    applied.done.extend(recorded.0);
-    recorded.1?;
+    let (written, result) =
+        super::credentials::write(ctx, wd, &deployments, &plan.credentials, observed.now).await;
+    applied.recorded.extend(written.recorded);
+    applied.held.extend(written.held);
+    result?;
     let seen = |name: &str| observed.deployments.values().find(|d| d.name == name);
     for (name, replicas) in &plan.scale {
         let body = scale_body(seen(name), *replicas);
@@ -358,46 +357,6 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         }
     }
     Ok(())
-}
-
-/// Records each credentials digest of `writes` on its Deployment in `ns` (on the pod template
-/// too for a restart, which rolls its pods): what went through, and the error that stopped it.
-pub async fn write_credentials(
-    deployments: &Api<Deployment>,
-    ns: &str,
-    writes: &[plan::CredentialsWrite],
-) -> (Vec<Done>, Result<()>) {
-    let mut done = Vec::new();
-    for write in writes {
-        let digest = json!({twc_api::labels::CREDENTIALS_DIGEST: write.digest});
-        let mut body = json!({"metadata": {"annotations": digest}});
-        if write.restart {
-            body["spec"] = json!({"template": {"metadata": {"annotations": digest}}});
-        }
-        match deployments
-            .patch(
-                &write.deployment,
-                &PatchParams::default(),
-                &Patch::Merge(body),
-            )
-            .await
-        {
-            Ok(_) => done.push(Done::CredentialsRecorded {
-                deployment: write.deployment.clone(),
-                build: write.build.clone(),
-                restarted: write.restart,
-            }),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(e) => {
-                let what = format!(
-                    "record the credentials of Deployment {ns}/{}",
-                    write.deployment
-                );
-                return (done, Err(Error::kube_write(what, &e)));
-            }
-        }
-    }
-    (done, Ok(()))
 }
 
 /// Server-side applies a versioned Deployment.

@@ -10,6 +10,7 @@
 
 mod certificates;
 pub mod cleanup;
+pub mod credentials;
 pub mod events;
 pub mod execute;
 pub mod know;
@@ -83,6 +84,8 @@ pub struct Context {
     pub own: OwnWrites<WorkerDeployment>,
     /// Read budgets, listings and steady turns per Temporal namespace.
     pub reads: Reads,
+    /// The pace of the restarts the controller starts by itself.
+    pub restarts: crate::restarts::Restarts,
 }
 
 impl Context {
@@ -285,6 +288,13 @@ async fn roll_out(
         (Outcome::Executed { .. }, Ok(p)) if !p.applied.stale.is_empty() => {
             p.pace.requeue.min(ctx.intervals.moving)
         }
+        // Restarts wait for the pace: asked again at least this often (and woken sooner
+        // when a restart of their place ends).
+        (Outcome::Executed { .. }, Ok(p))
+            if !p.plan.restarts_held.is_empty() || !p.applied.held.is_empty() =>
+        {
+            p.pace.requeue.min(crate::restarts::RECHECK)
+        }
         (Outcome::Executed { .. }, Ok(p)) => p.pace.requeue,
         (Outcome::Failed { verdict, .. }, _) => {
             ctx.memories.update(&key(wd), |m| m.read = None);
@@ -317,6 +327,12 @@ async fn roll_out(
     let mut notes = events::of_status(&previous, &new_status);
     if let Ok(p) = &pass {
         notes.extend(events::of_applied(wd, &p.plan.target_build_id, &p.applied));
+        let recorded = &p.applied.recorded;
+        notes.extend(credentials::notes(
+            wd,
+            recorded,
+            &new_status.restarts_waiting,
+        ));
     }
     notes.extend(failed);
     for n in notes {
@@ -347,13 +363,10 @@ async fn restart_kept<'a>(
 ) -> Result<()> {
     let digest = key.and_then(|k| ctx.pool.secrets_digest(k));
     let restarts = plan::credentials::while_deleting(wd, kept, digest.as_deref());
-    let ns = wd.namespace().unwrap_or_default();
-    let (done, result) = execute::write_credentials(deployments, &ns, &restarts).await;
-    let applied = execute::Applied {
-        done,
-        ..Default::default()
-    };
-    for n in events::of_applied(wd, "", &applied) {
+    let now = SystemTime::now();
+    let (written, result) = credentials::write(ctx, wd, deployments, &restarts, now).await;
+    let waiting = credentials::waiting(&Plan::default(), &written.held);
+    for n in credentials::notes(wd, &written.recorded, &waiting) {
         ctx.event(wd, n.type_, n.reason, n.note).await;
     }
     result
@@ -426,6 +439,7 @@ async fn pipeline(
     // pods, and Temporal's state as known.
     let mut observed = observe::kubernetes(wd, ctx, now);
     observed.secrets_digest = temporal.secrets_digest.clone();
+    observed.secrets_not_after = ctx.pool.not_after(&temporal.pool_key);
     observe::target_pods(wd, ctx, &mut observed, &target);
     observed.temporal = state;
     if let Some(t) = known_target {

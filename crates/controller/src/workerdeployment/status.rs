@@ -69,6 +69,7 @@ pub fn next(
             }
             s.failed_version = plan.failure.as_ref().map(guard::record);
             s.controls = Some(plan.controls.clone()).filter(|c| *c != RolloutControls::default());
+            s.restarts_waiting = super::credentials::waiting(plan, &applied.held);
             let target = s.target_version.clone().unwrap_or_default();
             for (type_, st, why, msg) in
                 rollout_conditions(&target, plan, observed.pollers.as_ref())
@@ -191,7 +192,6 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             | Done::Applied { .. }
             | Done::Reconnected { .. }
             | Done::Restrategized { .. }
-            | Done::CredentialsRecorded { .. }
             | Done::Scaled { .. }
             | Done::GateStartFailed { .. } => {}
         }

@@ -79,8 +79,18 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
             ("kept-other-connection".into(), true),
             // No pods to restart; the next start mounts the Secret as it is.
             ("scaled-down".into(), false),
-            (target.clone(), true),
         ]
+    );
+    // The current version restarts last, once the others are done.
+    assert_eq!(
+        p.restarts_held
+            .iter()
+            .map(|h| (h.build.as_str(), h.why.as_str()))
+            .collect::<Vec<_>>(),
+        vec![(
+            target.as_str(),
+            "restarts after the older versions of its WorkerDeployment"
+        )]
     );
 
     // The same Secrets again: nothing to write.
@@ -180,4 +190,86 @@ fn a_deletion_restarts_the_versions_it_waits_for() {
         .into(),
     );
     assert!(restarts(&opted_out, Some("s.new")).is_empty());
+}
+
+/// Within a WorkerDeployment the current and target versions restart after the others, and
+/// only once their restarts are over (available again); never past their certificate's
+/// expiry.
+#[test]
+fn the_current_and_target_restart_after_the_older_versions() {
+    use VersionStatus::{Current, Draining, Inactive};
+    let wd = wd("Manual", "w:v2");
+    let target = target_of(&wd);
+    let now = t(600);
+    let base = world(&wd)
+        .at(now)
+        .deployment(&target, Some(1))
+        .version(&target, Inactive)
+        .started_with(&target, "s.old")
+        .deployment("current", Some(1))
+        .version("current", Current)
+        .current("current")
+        .started_with("current", "s.old")
+        .deployment("draining", Some(1))
+        .version("draining", Draining)
+        .secrets("s.new");
+    let held = |p: &Plan| {
+        let mut h: Vec<String> = p.restarts_held.iter().map(|h| h.build.clone()).collect();
+        h.sort();
+        h
+    };
+    let mut both = vec!["current".to_string(), target.clone()];
+    both.sort();
+
+    // The draining version restarts first; the current and the target wait.
+    let p = plan(
+        &wd,
+        &conn(),
+        &me(),
+        &base.clone().started_with("draining", "s.old").build(),
+    );
+    assert_eq!(writes(&p), vec![("draining".into(), true)]);
+    assert_eq!(held(&p), both);
+
+    // While its restart is under way (recorded, not rolled out), they still wait.
+    let rolling = base
+        .clone()
+        .started_with("draining", "s.new")
+        .edit_deployment("draining", |d| {
+            d.restarted_at = Some(t(590));
+            (d.generation, d.observed_generation) = (Some(2), Some(1));
+        });
+    let p = plan(&wd, &conn(), &me(), &rolling.clone().build());
+    assert!(writes(&p).is_empty());
+    assert_eq!(held(&p), both);
+
+    // Rolled out: their turn.
+    let done = rolling
+        .clone()
+        .edit_deployment("draining", |d| d.observed_generation = Some(2));
+    let p = plan(&wd, &conn(), &me(), &done.build());
+    assert_eq!(writes(&p), {
+        let mut w = vec![("current".to_string(), true), (target.clone(), true)];
+        w.sort();
+        w
+    });
+    assert!(p.restarts_held.is_empty());
+
+    // A restart that never ends holds them for RESTART_HOLD at most.
+    let stuck = rolling
+        .clone()
+        .at(t(590) + crate::plan::credentials::RESTART_HOLD);
+    assert!(
+        plan(&wd, &conn(), &me(), &stuck.build())
+            .restarts_held
+            .is_empty()
+    );
+
+    // A certificate about to expire does not wait.
+    let expiring = rolling.edit_deployment("current", |d| {
+        d.credentials_not_after = Some(now + Duration::from_secs(600));
+    });
+    let p = plan(&wd, &conn(), &me(), &expiring.build());
+    assert_eq!(writes(&p), vec![("current".into(), true)]);
+    assert_eq!(held(&p), vec![target]);
 }

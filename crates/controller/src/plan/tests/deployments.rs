@@ -379,3 +379,66 @@ fn a_draining_version_at_zero_gets_its_workers_back() {
     let name = |b: &str| build_id::deployment_name("w", b);
     assert_eq!(p.scale, vec![(name("reactivated"), 1)]);
 }
+
+/// Everything the pods see of a connection rolls them: the auth mode and the API key's key
+/// too, which TWC's `connection-spec-hash` leaves out (same host, server name and Secret name).
+#[test]
+fn an_auth_mode_or_api_key_key_change_rolls_the_running_versions() {
+    use VersionStatus::{Current, Draining};
+    let wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let secret = |name: &str| Some(twc_api::SecretReference { name: name.into() });
+    let mtls = ConnectionSpec {
+        mutual_tls_secret_ref: secret("t"),
+        ..conn()
+    };
+    let api_key = |key: &str| ConnectionSpec {
+        api_key_secret_ref: Some(k8s_openapi::api::core::v1::SecretKeySelector {
+            name: "t".into(),
+            key: key.into(),
+            optional: None,
+        }),
+        ..conn()
+    };
+    // The same Secret name: TWC's hash cannot tell these apart.
+    assert_eq!(
+        deployment::connection_hash(&mtls),
+        deployment::connection_hash(&api_key("k"))
+    );
+    let running_on = |c: &ConnectionSpec| {
+        let hash = deployment::connection_hash(c);
+        let auth = deployment::auth_of(c);
+        world(&wd)
+            .deployment(&target, None)
+            .version(&target, Current)
+            .current(&target)
+            .deployment("draining", Some(1))
+            .version("draining", Draining)
+            .edit_deployment(&target, |d| {
+                (d.connection_hash, d.auth) = (Some(hash.clone()), Some(auth.clone()))
+            })
+            .edit_deployment("draining", |d| {
+                (d.connection_hash, d.auth) = (Some(hash.clone()), Some(auth.clone()))
+            })
+            .build()
+    };
+    let rolled = |p: &Plan| (p.apply.len(), p.reconnect.clone());
+    let both = (1, vec!["draining".to_string()]);
+    // mTLS -> API key, API key -> mTLS, API key key k -> l.
+    for (from, to) in [
+        (&mtls, &api_key("k")),
+        (&api_key("k"), &mtls),
+        (&api_key("k"), &api_key("l")),
+    ] {
+        let p = plan(&wd, to, &me(), &running_on(from));
+        assert_eq!(rolled(&p), both, "{from:?} -> {to:?}");
+    }
+    // Nothing of the connection changed: nothing rolls, whatever else of the spec did.
+    let mut other = wd.clone();
+    other.spec.replicas = Some(1);
+    other.spec.rollout.strategy = twc_api::RolloutStrategyKind::Manual;
+    for c in [&mtls, &api_key("k")] {
+        let p = plan(&other, c, &me(), &running_on(c));
+        assert_eq!(rolled(&p), (0, vec![]), "{c:?}");
+    }
+}

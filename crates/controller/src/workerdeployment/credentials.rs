@@ -1,0 +1,218 @@
+//! The credentials writes of a plan, carried out: digests recorded, and restarts onto renewed
+//! credential Secrets, each restart through the controller's restart pace
+//! ([`crate::restarts`]); and the events and status entries that tell people about them.
+
+use std::time::SystemTime;
+
+use k8s_openapi::api::apps::v1::Deployment;
+use kube::ResourceExt;
+use kube::api::{Api, Patch, PatchParams};
+use serde_json::json;
+use twc_api::labels::{CREDENTIALS_DIGEST, CREDENTIALS_NOT_AFTER, CREDENTIALS_RESTARTED_AT};
+use twc_api::{WaitingRestart, WorkerDeployment};
+
+use super::Context;
+use crate::error::{Error, Result};
+use crate::events::{EventType, Note};
+use crate::plan::credentials::{HeldRestart, Place, place_of};
+use crate::plan::{CredentialsWrite, Plan};
+use crate::restarts::{Admission, Seen};
+use crate::temporal::credentials::rfc3339;
+
+/// The reason of the event for a restart held back by the pace.
+pub const RESTART_WAITING: &str = "CredentialsRestartWaiting";
+/// The reason of the event for a restart that went ahead of the pace.
+pub const RESTART_UNPACED: &str = "CredentialsRestartedBeforeExpiry";
+
+/// The digest of the credential Secrets' content recorded on a Deployment; with `restarted`,
+/// on its pod template too: its pods restart with the new content.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Recorded {
+    pub deployment: String,
+    pub build: String,
+    pub restarted: bool,
+    /// Restarted ahead of the restart pace: the pods' certificate expires then.
+    pub urgent: Option<SystemTime>,
+}
+
+/// What [`write`] did.
+#[derive(Debug, Default)]
+pub struct Written {
+    pub recorded: Vec<Recorded>,
+    /// Restarts the pace holds back.
+    pub held: Vec<HeldRestart>,
+}
+
+/// Records each credentials digest of `writes` on its Deployment (through `deployments`, in
+/// `wd`'s namespace); a restart (the digest on the pod template too, which rolls its pods)
+/// only when the pace admits it, recording when it started. What went through and what waits,
+/// and the error that stopped it.
+pub async fn write(
+    ctx: &Context,
+    wd: &WorkerDeployment,
+    deployments: &Api<Deployment>,
+    writes: &[CredentialsWrite],
+    now: SystemTime,
+) -> (Written, Result<()>) {
+    let ns = wd.namespace().unwrap_or_default();
+    let wd_key = format!("{ns}/{}", wd.name_any());
+    let mut written = Written::default();
+    let mut waiting_at: Vec<&Place> = Vec::new();
+    for write in writes {
+        let mut annotations = json!({CREDENTIALS_DIGEST: write.digest});
+        if let Some(t) = write.not_after {
+            annotations[CREDENTIALS_NOT_AFTER] = json!(rfc3339(t));
+        }
+        let mut body = json!({"metadata": {"annotations": annotations}});
+        let deployment = format!("{ns}/{}", write.deployment);
+        let mut urgent = None;
+        if write.restart {
+            let seen = seen_at(ctx, &write.place, now);
+            let admission = ctx.restarts.admit(
+                &wd_key,
+                &deployment,
+                &write.place,
+                write.expires,
+                now,
+                &seen,
+            );
+            match admission {
+                Admission::Wait {
+                    restarting, limit, ..
+                } => {
+                    written.held.push(HeldRestart {
+                        deployment: write.deployment.clone(),
+                        build: write.build.clone(),
+                        why: format!(
+                            "waits for its turn: at most {limit} versioned Deployments of {} restart at once (--restart-pace), {restarting} do now",
+                            write.place
+                        ),
+                    });
+                    waiting_at.push(&write.place);
+                    continue;
+                }
+                Admission::Urgent { expires } => urgent = Some(expires),
+                Admission::Go => {}
+            }
+            body["metadata"]["annotations"][CREDENTIALS_RESTARTED_AT] = json!(rfc3339(now));
+            body["spec"] = json!({"template": {"metadata": {"annotations": {CREDENTIALS_DIGEST: write.digest}}}});
+        }
+        let patched = deployments
+            .patch(
+                &write.deployment,
+                &PatchParams::default(),
+                &Patch::Merge(body),
+            )
+            .await;
+        if write.restart && patched.is_err() {
+            ctx.restarts.release(&write.place, &deployment);
+        }
+        match patched {
+            Ok(_) => {
+                if write.restart {
+                    crate::metrics::global().restarted(urgent.is_some());
+                }
+                written.recorded.push(Recorded {
+                    deployment: write.deployment.clone(),
+                    build: write.build.clone(),
+                    restarted: write.restart,
+                    urgent,
+                })
+            }
+            Err(kube::Error::Api(s)) if s.code == 404 => {}
+            Err(e) => {
+                let what = format!(
+                    "record the credentials of Deployment {ns}/{}",
+                    write.deployment
+                );
+                return (written, Err(Error::kube_write(what, &e)));
+            }
+        }
+    }
+    for w in writes.iter().filter(|w| w.restart) {
+        if !waiting_at.contains(&&w.place) {
+            ctx.restarts.done(&wd_key, &w.place);
+        }
+    }
+    (written, Ok(()))
+}
+
+/// Every versioned Deployment of `place` the watch cache shows, at `now`.
+fn seen_at(ctx: &Context, place: &Place, now: SystemTime) -> Vec<Seen> {
+    ctx.deployments
+        .all()
+        .iter()
+        .filter(|d| place_of(&d.view).as_ref() == Some(place))
+        .map(|d| Seen::of(&d.namespace().unwrap_or_default(), &d.view, now))
+        .collect()
+}
+
+/// The restarts waiting after this reconcile, for the status: the plan's own (the current
+/// and target after the others) and the pace's.
+pub fn waiting(plan: &Plan, held: &[HeldRestart]) -> Vec<WaitingRestart> {
+    let mut all: Vec<WaitingRestart> = plan
+        .restarts_held
+        .iter()
+        .chain(held)
+        .map(|h| WaitingRestart {
+            deployment: h.deployment.clone(),
+            build_id: h.build.clone(),
+            message: h.why.clone(),
+        })
+        .collect();
+    all.sort_by(|a, b| a.deployment.cmp(&b.deployment));
+    all
+}
+
+/// The events of the credentials writes: a restart (and one ahead of the pace, which says
+/// why), and a restart that starts to wait (once, when it was not waiting before).
+pub fn notes(
+    wd: &WorkerDeployment,
+    recorded: &[Recorded],
+    waiting: &[WaitingRestart],
+) -> Vec<Note> {
+    let mut notes = Vec::new();
+    for r in recorded.iter().filter(|r| r.restarted) {
+        let Recorded {
+            deployment,
+            build,
+            urgent,
+            ..
+        } = r;
+        notes.push(Note {
+            type_: EventType::Normal,
+            reason: "CredentialsChanged",
+            note: format!(
+                "restarting the pods of Deployment {deployment} (buildID {build}): the content of a credential Secret of its connection changed, and workers read it only at start"
+            ),
+        });
+        if let Some(expires) = urgent {
+            notes.push(Note {
+                type_: EventType::Warning,
+                reason: RESTART_UNPACED,
+                note: format!(
+                    "restarted Deployment {deployment} (buildID {build}) ahead of the restart pace: the client certificate its pods hold expires at {}",
+                    rfc3339(*expires)
+                ),
+            });
+        }
+    }
+    let before = wd
+        .status
+        .as_ref()
+        .map(|s| s.restarts_waiting.as_slice())
+        .unwrap_or_default();
+    for w in waiting {
+        if !before.iter().any(|b| b.deployment == w.deployment) {
+            notes.push(Note {
+                type_: EventType::Normal,
+                reason: RESTART_WAITING,
+                note: format!(
+                    "Deployment {} (buildID {}) {}",
+                    w.deployment, w.build_id, w.message
+                ),
+            });
+        }
+    }
+    notes
+}
