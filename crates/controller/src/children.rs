@@ -420,6 +420,60 @@ mod tests {
         );
     }
 
+    /// How the pods authenticate is read back from the Deployment as rendered (ours are TWC's
+    /// field for field): equal to the connection's for every auth kind, so a takeover rolls
+    /// nothing, and different when the auth mode or the API key's key changes.
+    #[test]
+    fn the_pods_auth_is_read_from_the_rendered_deployment() {
+        use crate::plan::deployment::{auth_of, versioned_deployment};
+        let wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "w", "namespace": "ns", "uid": "uid-1"},
+            "spec": {
+                "template": {"spec": {"containers": [{"name": "worker", "image": "w:v1"}]}},
+                "rollout": {"strategy": "AllAtOnce"},
+                "sunset": {},
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "tns"}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let spec = |v: serde_json::Value| -> twc_api::ConnectionSpec {
+            serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let kinds = [
+            spec(json!({"hostPort": "h:7233"})),
+            spec(json!({"hostPort": "h:7233", "mutualTLSSecretRef": {"name": "t"}})),
+            spec(json!({"hostPort": "h:7233", "apiKeySecretRef": {"name": "t", "key": "k"}})),
+            spec(json!({"hostPort": "h:7233", "apiKeySecretRef": {"name": "t", "key": "l"}})),
+            spec(json!({"hostPort": "h:7233", "tls": {"caCertSecretRef": {"name": "ca"}}})),
+        ];
+        let mut seen_auths = Vec::new();
+        for conn in &kinds {
+            let whole = versioned_deployment(&wd, "b1", conn);
+            let json = serde_json::to_value(&whole).unwrap_or_else(|e| panic!("{e}"));
+            let cached: CachedDeployment =
+                serde_json::from_value(json).unwrap_or_else(|e| panic!("{e}"));
+            let seen = observe(&cached).unwrap_or_else(|| panic!("not observed"));
+            assert_eq!(
+                seen.auth.as_deref(),
+                Some(auth_of(conn).as_str()),
+                "{conn:?}"
+            );
+            assert_eq!(seen.temporal_address.as_deref(), Some("h:7233"));
+            seen_auths.push(seen.auth);
+        }
+        assert_eq!(
+            seen_auths,
+            [
+                Some("none".to_string()),
+                Some("mtls:t".to_string()),
+                Some("api-key:t:k".to_string()),
+                Some("api-key:t:l".to_string()),
+                Some("none".to_string()),
+            ]
+        );
+    }
+
     #[test]
     fn a_deployment_without_spec_or_status_is_read() {
         let cached: CachedDeployment = serde_json::from_value(json!({

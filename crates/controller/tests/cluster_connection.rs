@@ -6,6 +6,8 @@ mod clients;
 mod common;
 #[path = "cluster_connection/lifecycle.rs"]
 mod lifecycle;
+#[path = "cluster_connection/pace.rs"]
+mod pace;
 #[path = "cluster_connection/reporting.rs"]
 mod reporting;
 #[path = "cluster_connection/sharing.rs"]

@@ -76,6 +76,12 @@ pub async fn write(
                 now,
                 &seen,
             );
+            tracing::debug!(
+                deployment,
+                place = %write.place,
+                restarting = seen.iter().filter(|s| s.restarting).count(),
+                "restart onto renewed credentials: {admission:?}"
+            );
             match admission {
                 Admission::Wait {
                     restarting, limit, ..
