@@ -230,6 +230,7 @@ impl From<wire::Deployment> for CachedDeployment {
             observed_generation: status.observed_generation,
             updated_replicas: status.updated_replicas.unwrap_or(0),
             restarted_at,
+            oldest_pod: None,
             credentials_not_after,
             strategy,
             // Filled from the metadata when observed (not kept twice in the cache).
@@ -358,6 +359,7 @@ mod tests {
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_replicas).unwrap_or(0),
             restarted_at: None,
+            oldest_pod: None,
             credentials_not_after: None,
             strategy: d.spec.as_ref().and_then(|s| s.strategy.clone()),
             uid: d.metadata.uid.clone(),

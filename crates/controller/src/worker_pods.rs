@@ -76,6 +76,8 @@ impl From<wire::Pod> for CachedPod {
             uid: m.uid,
             resource_version: m.resource_version,
             deletion_timestamp: m.deletion_timestamp,
+            // When it was created: whether its containers can have read a Secret's content.
+            creation_timestamp: m.creation_timestamp,
             labels,
             ..Default::default()
         };
@@ -86,14 +88,14 @@ impl From<wire::Pod> for CachedPod {
     }
 }
 
-/// The troubles of the pods of `wd_name`'s version `build` in `namespace` (by the labels the
-/// versioned Deployment selects its pods with).
-pub fn troubles_of(
+/// The pods of `wd_name`'s version `build` in `namespace` (by the labels the versioned
+/// Deployment selects its pods with), by name.
+fn pods_of(
     pods: &Scoped<CachedPod>,
     namespace: &str,
     wd_name: &str,
     build: &str,
-) -> Vec<PodTrouble> {
+) -> Vec<std::sync::Arc<CachedPod>> {
     let selector = crate::plan::deployment::selector_labels(wd_name, build);
     let mut found: Vec<_> = pods
         .in_namespace(namespace)
@@ -106,7 +108,36 @@ pub fn troubles_of(
         })
         .collect();
     found.sort_by(|a, b| a.metadata.name.cmp(&b.metadata.name));
+    found
+}
+
+/// The troubles of the pods of `wd_name`'s version `build` in `namespace`.
+pub fn troubles_of(
+    pods: &Scoped<CachedPod>,
+    namespace: &str,
+    wd_name: &str,
+    build: &str,
+) -> Vec<PodTrouble> {
+    let found = pods_of(pods, namespace, wd_name, build);
     found.iter().flat_map(|p| p.troubles.clone()).collect()
+}
+
+/// When the oldest live pod of `wd_name`'s version `build` in `namespace` was created; None
+/// when it has none.
+pub fn oldest_pod_of(
+    pods: &Scoped<CachedPod>,
+    namespace: &str,
+    wd_name: &str,
+    build: &str,
+) -> Option<std::time::SystemTime> {
+    pods_of(pods, namespace, wd_name, build)
+        .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
+        .map(|p| {
+            let created = p.metadata.creation_timestamp.as_ref();
+            created.map_or(std::time::SystemTime::UNIX_EPOCH, |t| t.0.into())
+        })
+        .min()
 }
 
 /// The kubelet's reason for a container it restarts after a back-off.

@@ -51,6 +51,9 @@ pub struct ObservedDeployment {
     /// When the controller last restarted its pods for changed credentials (recorded on the
     /// Deployment); None when it never did.
     pub restarted_at: Option<SystemTime>,
+    /// When its oldest live pod was created (read only for a Deployment without a recorded
+    /// credentials digest; None: not read, or no pod).
+    pub oldest_pod: Option<SystemTime>,
     /// When the client certificate its pods started with expires, as recorded with
     /// `credentials_digest` (mutual TLS; None when not recorded).
     pub credentials_not_after: Option<SystemTime>,
@@ -88,6 +91,8 @@ pub struct Observed {
     pub secrets_digest: Option<String>,
     /// When the client certificate of that content expires (mutual TLS).
     pub secrets_not_after: Option<SystemTime>,
+    /// When that content was last written, as the apiserver records it (None: not known).
+    pub secrets_written_at: Option<SystemTime>,
 }
 
 /// Whether a current version's task queues have active pollers (TWC #448).
@@ -144,6 +149,7 @@ impl Observed {
             pollers: None,
             secrets_digest: None,
             secrets_not_after: None,
+            secrets_written_at: None,
         }
     }
 }

@@ -6,9 +6,11 @@
 //!
 //! Each versioned Deployment records the digest of the content its pods started with
 //! (`temporal.io/credentials-digest` on the Deployment). A Deployment without one (TWC made
-//! it, or an older controller) gets the current digest recorded, and nothing restarts: a
-//! takeover restarts no pod. One whose digest differs gets the new digest on its pod template
-//! too, which rolls its pods.
+//! it, or an older controller) gets the current digest recorded, and nothing restarts, when
+//! its pods provably started with that content (created after the apiserver recorded its last
+//! write): a takeover of fresh pods restarts no pod. Otherwise its pods may hold an older
+//! certificate, about to expire: they restart, paced like any other. One whose digest differs
+//! gets the new digest on its pod template too, which rolls its pods.
 //!
 //! Restarts are paced: across WorkerDeployments by the controller's restart pace
 //! (`crate::restarts`, per Temporal connection), and within one here: its current and target
@@ -161,7 +163,15 @@ pub(super) fn plan_credentials(
         let current_connection = desired_conn.holds(d);
         let stopping = plan.scale.iter().any(|(n, r)| *n == d.name && *r == 0);
         if !written {
-            let w = write_for(d, digest, current_connection, stopping, opted_out);
+            let written_at = observed.secrets_written_at;
+            let w = write_for(
+                d,
+                digest,
+                written_at,
+                current_connection,
+                stopping,
+                opted_out,
+            );
             writes.extend(w.map(|mut w| {
                 w.not_after = observed.secrets_not_after;
                 (last(build), w)
@@ -187,13 +197,29 @@ pub(super) fn plan_credentials(
     }
 }
 
-/// What to write on `d` for Secrets of digest `digest` now: nothing when its pods started with
-/// it or mount other Secrets (a digest not recorded is taken as the current connection's when
-/// `current_connection`); a restart when it runs (not `stopping`, not scaled to 0) and its
-/// WorkerDeployment did not opt out; else the digest recorded.
+/// A pod created this long after the Secrets' content was written read that content: the
+/// kubelet's copy of a Secret follows the apiserver within seconds.
+pub const KUBELET_SLACK: Duration = Duration::from_secs(60);
+
+/// Whether `d`'s pods provably started with the Secrets' content written at `written_at`:
+/// all created [`KUBELET_SLACK`] after it (both known).
+fn started_after(d: &ObservedDeployment, written_at: Option<SystemTime>) -> bool {
+    match (d.oldest_pod, written_at) {
+        (Some(pod), Some(written)) => pod >= written + KUBELET_SLACK,
+        _ => false,
+    }
+}
+
+/// What to write on `d` for Secrets of digest `digest`, last written at `written_at`, now:
+/// nothing when its pods started with it or mount other Secrets (a digest not recorded is
+/// taken as the current connection's when `current_connection`); a restart when it runs (not
+/// `stopping`, not scaled to 0), its WorkerDeployment did not opt out, and its pods may hold
+/// other content (a recorded digest differs, or none is recorded and its pods are not
+/// provably younger than the content); else the digest recorded.
 fn write_for(
     d: &ObservedDeployment,
     digest: &str,
+    written_at: Option<SystemTime>,
     current_connection: bool,
     stopping: bool,
     opted_out: bool,
@@ -203,11 +229,14 @@ fn write_for(
         None => current_connection,
     };
     let stopping = stopping || d.spec_replicas == Some(0);
+    // TWC's Deployment, or an earlier build's: adopted as it is only when its pods started
+    // after the content they must hold was written; else they may hold older credentials.
+    let stale = d.credentials_digest.is_some() || !started_after(d, written_at);
     same_secrets.then(|| CredentialsWrite {
         deployment: d.name.clone(),
         build: d.build_id.clone(),
         digest: digest.to_string(),
-        restart: d.credentials_digest.is_some() && !stopping && !opted_out,
+        restart: stale && !stopping && !opted_out,
         place: place_of(d).unwrap_or_default(),
         expires: d.credentials_not_after,
         not_after: None,
@@ -225,7 +254,7 @@ pub fn while_deleting<'a>(
         return Vec::new();
     };
     kept.into_iter()
-        .filter_map(|d| write_for(d, digest, false, false, opted_out(wd)))
+        .filter_map(|d| write_for(d, digest, None, false, false, opted_out(wd)))
         .filter(|w| w.restart)
         .collect()
 }

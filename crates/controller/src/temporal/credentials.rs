@@ -45,6 +45,8 @@ pub struct Auth {
     pub ca_pem: Option<Vec<u8>>,
     /// [`secrets_digest`] of the Secrets it was built from.
     pub secrets_digest: Option<String>,
+    /// When those Secrets' content was last written ([`data_written_at`]; None: not known).
+    pub secrets_written_at: Option<SystemTime>,
 }
 
 impl Auth {
@@ -165,11 +167,36 @@ pub fn auth_from_secrets(
             Credentials::ApiKey(api_key)
         }
     };
+    let read = [credential_secret, ca_secret];
+    let written = read.iter().flatten().map(|s| data_written_at(s));
     Ok(Auth {
         credentials,
         ca_pem,
         secrets_digest: secrets_digest(spec, credential_secret, ca_secret),
+        // Unknown for one of them: unknown.
+        secrets_written_at: written
+            .collect::<Option<Vec<_>>>()
+            .and_then(|w| w.into_iter().max()),
     })
+}
+
+/// When the content of `secret` was last written, as the apiserver records it: the latest
+/// time of the managedFields entries that own `data` (a write of `stringData` is recorded as
+/// `data`). A manager's time moves with any of its writes, so this is never earlier than the
+/// content's last change. None when no entry says.
+pub fn data_written_at(secret: &Secret) -> Option<SystemTime> {
+    secret
+        .metadata
+        .managed_fields
+        .iter()
+        .flatten()
+        .filter(|m| {
+            m.fields_v1
+                .as_ref()
+                .is_some_and(|f| f.0.get("f:data").is_some() || f.0.get("f:stringData").is_some())
+        })
+        .filter_map(|m| m.time.as_ref().map(|t| SystemTime::from(t.0)))
+        .max()
 }
 
 /// A digest of the credential Secrets as the worker pods see them: the whole mTLS Secret and
@@ -451,5 +478,29 @@ mod tests {
             e.as_deref(),
             Some("Secret ns/keys key a: the API key is empty")
         );
+    }
+    /// The time of the content's last write is the apiserver's record of the writers of
+    /// `data`, the latest of them; a writer of labels only does not count; no record, no time.
+    #[test]
+    fn the_content_was_written_when_the_apiserver_says() {
+        let secret: Secret = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "s", "managedFields": [
+                {"manager": "kubectl-create", "operation": "Update", "apiVersion": "v1",
+                 "time": "2026-01-01T00:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:data": {".": {}, "f:tls.crt": {}}, "f:type": {}}},
+                {"manager": "cert-manager", "operation": "Apply", "apiVersion": "v1",
+                 "time": "2026-02-01T00:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:data": {"f:tls.crt": {}, "f:tls.key": {}}}},
+                {"manager": "labeller", "operation": "Update", "apiVersion": "v1",
+                 "time": "2026-03-01T00:00:00Z", "fieldsType": "FieldsV1",
+                 "fieldsV1": {"f:metadata": {"f:labels": {"f:x": {}}}}}
+            ]}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            data_written_at(&secret).map(rfc3339).as_deref(),
+            Some("2026-02-01T00:00:00Z")
+        );
+        assert_eq!(data_written_at(&Secret::default()), None);
     }
 }

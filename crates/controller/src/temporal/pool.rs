@@ -65,6 +65,8 @@ struct Entry {
     not_after: Option<SystemTime>,
     /// The digest of the credential Secrets' content it was dialled with.
     secrets_digest: Option<String>,
+    /// When that content was last written, as the apiserver records it.
+    secrets_written_at: Option<SystemTime>,
     /// When a reconcile last asked for it.
     used_at: SystemTime,
 }
@@ -178,6 +180,7 @@ impl ClientPool {
                     redial_at: auth.redial_at(),
                     not_after: auth.not_after(),
                     secrets_digest: auth.secrets_digest.clone(),
+                    secrets_written_at: auth.secrets_written_at,
                     used_at: SystemTime::now(),
                 },
             );
@@ -189,6 +192,12 @@ impl ClientPool {
     /// with (what its key's Secret versions hold; None: not pooled, or no Secret).
     pub fn secrets_digest(&self, key: &PoolKey) -> Option<String> {
         self.entries.lock().ok()?.get(key)?.secrets_digest.clone()
+    }
+
+    /// When the content of the credential Secrets the pooled client for `key` was dialled
+    /// with was last written (None: not pooled, no Secret, or not recorded).
+    pub fn secrets_written_at(&self, key: &PoolKey) -> Option<SystemTime> {
+        self.entries.lock().ok()?.get(key)?.secrets_written_at
     }
 
     /// The version of the server behind the pooled client for `key`, as it reported it when
@@ -412,6 +421,7 @@ mod tests {
             credentials: Credentials::None,
             ca_pem: None,
             secrets_digest: None,
+            secrets_written_at: None,
         };
         // Nothing listens on port 1.
         assert!(pool.dial(key.clone(), &auth).await.is_err());

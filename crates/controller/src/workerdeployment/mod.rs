@@ -440,6 +440,15 @@ async fn pipeline(
     let mut observed = observe::kubernetes(wd, ctx, now);
     observed.secrets_digest = temporal.secrets_digest.clone();
     observed.secrets_not_after = ctx.pool.not_after(&temporal.pool_key);
+    observed.secrets_written_at = ctx.pool.secrets_written_at(&temporal.pool_key);
+    // A Deployment with no credentials digest recorded (TWC's, or an earlier build's): when
+    // its pods started says whether they can hold older credentials.
+    for (build, d) in observed.deployments.iter_mut() {
+        if d.credentials_digest.is_none() {
+            let (ns, name) = (wd.namespace().unwrap_or_default(), wd.name_any());
+            d.oldest_pod = crate::worker_pods::oldest_pod_of(&ctx.worker_pods, &ns, &name, build);
+        }
+    }
     observe::target_pods(wd, ctx, &mut observed, &target);
     observed.temporal = state;
     if let Some(t) = known_target {

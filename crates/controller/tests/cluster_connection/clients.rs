@@ -221,6 +221,7 @@ async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
         credentials: Credentials::None,
         ca_pem: None,
         secrets_digest: None,
+        secrets_written_at: None,
     };
     let other = w.env.temporal_namespace().await?;
     let used = PoolKey::new(&spec, "default", Vec::new());
@@ -364,6 +365,68 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
         .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
         .await?;
     assert_eq!(versions.items.len(), 1, "a new version was made");
+    Ok(())
+}
+
+/// A versioned Deployment with no credentials digest recorded (as TWC leaves it) is adopted
+/// as it is only when its pods provably started after the Secret's content was last written
+/// (a minute after, as the apiserver records the write). These pods started seconds after
+/// the Secret was written: they might hold an older certificate, so they restart onto the
+/// content the controller checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adopted_deployment_whose_pods_may_predate_the_certificate_restarts() -> TestResult {
+    let sc = SharedConnection::new("adopt-stale").await?;
+    let ns = sc.tenant("adopt-stale").await;
+    sc.user(&ns, "w").await;
+    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    let build = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
+    let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
+    let name = twc_controller::plan::build_id::deployment_name("w", &build);
+    let before = pods_of(&sc.client, &ns, &build).await;
+    // The Deployment's record of what its pods read, gone (as on a Deployment TWC made).
+    let forget = json!([{"op": "remove", "path": format!(
+        "/metadata/annotations/{}",
+        twc_api::labels::CREDENTIALS_DIGEST.replace('/', "~1")
+    )}]);
+    deployments
+        .patch(
+            &name,
+            &PatchParams::default(),
+            &Patch::Json::<()>(serde_json::from_value(forget)?),
+        )
+        .await?;
+    wait_for(
+        "the workers restarted onto the Secret as it is",
+        ROLLOUT,
+        || {
+            let (client, ns, build, before) =
+                (sc.client.clone(), ns.clone(), build.clone(), &before);
+            let deployments = deployments.clone();
+            let name = name.clone();
+            async move {
+                let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
+                let (recorded, on_template, _) = digests(&d);
+                let now = pods_of(&client, &ns, &build).await;
+                let fresh = |p: &(String, String, bool)| !before.iter().any(|b| b.0 == p.0);
+                if recorded.is_some()
+                    && recorded == on_template
+                    && !now.is_empty()
+                    && now.iter().all(|p| fresh(p) && p.2)
+                {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "digest {recorded:?} / {on_template:?}; before {before:?}, now {now:?}"
+                    ))
+                }
+            }
+        },
+    )
+    .await?;
     Ok(())
 }
 

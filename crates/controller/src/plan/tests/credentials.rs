@@ -10,6 +10,17 @@ impl World {
         self
     }
 
+    /// The Secrets' content was last written at `at`.
+    fn written(mut self, at: SystemTime) -> Self {
+        self.observed.secrets_written_at = Some(at);
+        self
+    }
+
+    /// `build`'s oldest pod was created at `at`.
+    fn pods_since(self, build: &str, at: SystemTime) -> Self {
+        self.edit_deployment(build, |d| d.oldest_pod = Some(at))
+    }
+
     /// `build`'s pods started with Secrets of digest `digest`.
     fn started_with(self, build: &str, digest: &str) -> Self {
         self.edit_deployment(build, |d| d.credentials_digest = Some(digest.into()))
@@ -52,8 +63,18 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
         .deployment("scaled-down", Some(0))
         .drained_since("scaled-down", t(500))
         .started_with("scaled-down", "s.old")
+        // TWC's (no digest), its pods created well after the content was written.
         .deployment("adopted", Some(1))
         .version("adopted", Draining)
+        .pods_since("adopted", t(400))
+        // TWC's, its pods older than the content: they hold the previous certificate.
+        .deployment("adopted-stale", Some(1))
+        .version("adopted-stale", Draining)
+        .pods_since("adopted-stale", t(150))
+        // TWC's, when its pods started not known: restarted (paced), never assumed fresh.
+        .deployment("adopted-unknown", Some(1))
+        .version("adopted-unknown", Draining)
+        .written(t(200))
         // Another server's version: Temporal here does not list it, so it is kept.
         .deployment("kept-other-connection", Some(1))
         .stale_connection("kept-other-connection")
@@ -72,8 +93,11 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
     assert_eq!(
         writes(&p),
         vec![
-            // TWC's or an older controller's: recorded, nothing restarts.
+            // TWC's or an older controller's: recorded, nothing restarts, only when its pods
+            // provably read the content.
             ("adopted".into(), false),
+            ("adopted-stale".into(), true),
+            ("adopted-unknown".into(), true),
             ("draining".into(), true),
             // An older connection's, on the same Secrets: its workers need them too.
             ("kept-other-connection".into(), true),

@@ -101,6 +101,7 @@ impl World {
             observed_generation: Some(1),
             updated_replicas: replicas.unwrap_or(1),
             restarted_at: None,
+            oldest_pod: None,
             credentials_not_after: None,
             // As the apiserver stores a Deployment created without one.
             strategy: Some(twc_api::deployment_strategy::defaulted(&Default::default())),
