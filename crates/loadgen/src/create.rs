@@ -15,8 +15,9 @@ impl Run {
         self.cli.worker_deployments
     }
 
-    /// The ClusterConnection, the namespaces and the WorkerDeployments, with bounded
-    /// concurrency.
+    /// The ClusterConnection (mutual TLS through the proxy, with `renew`), the namespaces (each
+    /// with the client certificate Secret, with `renew`) and the WorkerDeployments, with
+    /// bounded concurrency.
     pub(crate) async fn create(&mut self) -> anyhow::Result<()> {
         let port = self
             .env
@@ -26,10 +27,14 @@ impl Run {
             .next()
             .unwrap_or_default()
             .to_string();
+        let spec = match &self.mtls {
+            Some(m) => m.connection_spec(),
+            None => json!({"hostPort": format!("127.0.0.1:{port}")}),
+        };
         let cc: ClusterConnection = serde_json::from_value(json!({
             "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
             "metadata": {"name": CLUSTER_CONNECTION},
-            "spec": {"hostPort": format!("127.0.0.1:{port}")}
+            "spec": spec
         }))?;
         Api::<ClusterConnection>::all(self.client.clone())
             .create(&PostParams::default(), &cc)
@@ -39,6 +44,7 @@ impl Run {
             .collect();
         let t = Instant::now();
         let ns_api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(self.client.clone());
+        let (client, mtls) = (&self.client, self.mtls.as_ref());
         futures::stream::iter(namespaces.iter().map(|name| {
             let api = ns_api.clone();
             async move {
@@ -51,7 +57,11 @@ impl Run {
                 };
                 api.create(&PostParams::default(), &ns)
                     .await
-                    .with_context(|| format!("create namespace {name}"))
+                    .with_context(|| format!("create namespace {name}"))?;
+                if let Some(m) = mtls {
+                    m.create_secret(client, name).await?;
+                }
+                Ok::<_, anyhow::Error>(())
             }
         }))
         .buffer_unordered(self.cli.concurrency)

@@ -6,6 +6,12 @@
 //! `PollWorkflowTaskQueue` for its version as a worker would (a poll is what registers the
 //! version). Scaled to 0 or deleted: the status goes back to 0 and the poller stops. Without
 //! pods (`enabled == false`) it only records when each Deployment was first seen.
+//!
+//! A new spec of a Deployment that is up (a restart onto renewed credentials, any template
+//! change) takes `pod_ready` when that is not zero: the status shows a rolling update under way
+//! at once (the new pod surged, not ready; the old one still available), and the up-to-date
+//! status only after `pod_ready`, as new pods that take that long to start. A Deployment seen
+//! for the first time (or scaled up from 0) is up at once.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -75,10 +81,17 @@ pub struct Fleet {
     written: Mutex<HashMap<String, (i64, i32)>>,
     connections: Mutex<Vec<Connection>>,
     writes: Semaphore,
+    /// How long the new pods of a Deployment that was up take to be ready.
+    pod_ready: Duration,
 }
 
 impl Fleet {
-    pub fn new(client: Client, temporal_address: String, enabled: bool) -> Arc<Self> {
+    pub fn new(
+        client: Client,
+        temporal_address: String,
+        enabled: bool,
+        pod_ready: Duration,
+    ) -> Arc<Self> {
         Arc::new(Self {
             client,
             temporal_address,
@@ -89,6 +102,7 @@ impl Fleet {
             written: Default::default(),
             connections: Default::default(),
             writes: Semaphore::new(STATUS_WRITES),
+            pod_ready,
         })
     }
 
@@ -156,12 +170,27 @@ impl Fleet {
             && status.replicas.unwrap_or(0) == replicas
             && status.ready_replicas.unwrap_or(0) == replicas
             && status.available_replicas.unwrap_or(0) == replicas;
+        // Pods running: a new spec restarts them (a rolling update), unless nothing is to run.
+        let was_up = status.available_replicas.unwrap_or(0) > 0 && replicas > 0;
         let mut written = self.written.lock().await;
         if !up_to_date && written.get(&key) != Some(&(generation, replicas)) {
             written.insert(key.clone(), (generation, replicas));
             let this = self.clone();
             let (ns, name) = (d.namespace().unwrap_or_default(), d.name_any());
-            tokio::spawn(async move { this.write_status(&ns, &name, generation, replicas).await });
+            tokio::spawn(async move {
+                if was_up && !this.pod_ready.is_zero() {
+                    this.write_status(&ns, &name, rolling_status(generation, replicas))
+                        .await;
+                    tokio::time::sleep(this.pod_ready).await;
+                    // A newer spec (or a deletion) came meanwhile: its own write follows.
+                    let key = format!("{ns}/{name}");
+                    if this.written.lock().await.get(&key) != Some(&(generation, replicas)) {
+                        return;
+                    }
+                }
+                this.write_status(&ns, &name, ready_status(generation, replicas))
+                    .await
+            });
         }
         drop(written);
         let mut pollers = self.pollers.lock().await;
@@ -183,34 +212,11 @@ impl Fleet {
         }
     }
 
-    async fn write_status(&self, ns: &str, name: &str, generation: i64, replicas: i32) {
+    /// Writes `status` (a merge patch of `/status`), retrying a few times.
+    async fn write_status(&self, ns: &str, name: &str, patch: serde_json::Value) {
         let Ok(_permit) = self.writes.acquire().await else {
             return;
         };
-        let now = k8s_openapi::jiff::Timestamp::now()
-            .strftime("%Y-%m-%dT%H:%M:%SZ")
-            .to_string();
-        let conditions = if replicas > 0 {
-            json!([
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                 "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
-                {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
-                 "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
-            ])
-        } else {
-            json!([
-                {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
-                 "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
-            ])
-        };
-        let patch = json!({"status": {
-            "observedGeneration": generation,
-            "replicas": replicas,
-            "updatedReplicas": replicas,
-            "readyReplicas": replicas,
-            "availableReplicas": replicas,
-            "conditions": conditions,
-        }});
         let api: Api<Deployment> = Api::namespaced(self.client.clone(), ns);
         for attempt in 0..5 {
             match api
@@ -331,6 +337,62 @@ impl Fleet {
             }
         }
     }
+}
+
+/// `/status` as the Deployment controller writes it once `replicas` pods of `generation` are
+/// ready.
+fn ready_status(generation: i64, replicas: i32) -> serde_json::Value {
+    let now = now();
+    let conditions = if replicas > 0 {
+        json!([
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
+            {"type": "Progressing", "status": "True", "reason": "NewReplicaSetAvailable",
+             "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
+        ])
+    } else {
+        json!([
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
+        ])
+    };
+    json!({"status": {
+        "observedGeneration": generation,
+        "replicas": replicas,
+        "updatedReplicas": replicas,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "unavailableReplicas": null,
+        "conditions": conditions,
+    }})
+}
+
+/// `/status` while a rolling update of `replicas` pods to `generation` is under way (the
+/// default strategy: 25 % surge, rounded up): the new pods created, not ready yet; the old
+/// ones still ready and available.
+fn rolling_status(generation: i64, replicas: i32) -> serde_json::Value {
+    let now = now();
+    let surge = ((replicas + 3) / 4).clamp(1, replicas.max(1));
+    json!({"status": {
+        "observedGeneration": generation,
+        "replicas": replicas + surge,
+        "updatedReplicas": surge,
+        "readyReplicas": replicas,
+        "availableReplicas": replicas,
+        "unavailableReplicas": surge,
+        "conditions": [
+            {"type": "Available", "status": "True", "reason": "MinimumReplicasAvailable",
+             "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
+            {"type": "Progressing", "status": "True", "reason": "ReplicaSetUpdated",
+             "message": "twc-loadgen", "lastTransitionTime": now, "lastUpdateTime": now},
+        ],
+    }})
+}
+
+fn now() -> String {
+    k8s_openapi::jiff::Timestamp::now()
+        .strftime("%Y-%m-%dT%H:%M:%SZ")
+        .to_string()
 }
 
 fn key(d: &Deployment) -> String {

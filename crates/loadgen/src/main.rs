@@ -11,7 +11,12 @@
 //! - `rollout`: every image changed at once; time to all RolloutComplete, the peak rate of
 //!   Worker Deployment reads the server saw, ResourceExhausted errors, RPCs per WorkerDeployment;
 //! - `pending`: pods that never start (no status, no pollers); RPCs and CPU while waiting, then a
-//!   full resync and spec changes (the Kubernetes side alone: nothing is read from Temporal).
+//!   full resync and spec changes (the Kubernetes side alone: nothing is read from Temporal);
+//! - `renew`: the connection is mutual TLS through a proxy, every namespace holds the client
+//!   certificate Secret; it is renewed, and the controller restarts every versioned Deployment
+//!   onto it: the most restarting at once and the time until all restarted and rolled out, once
+//!   per `--restart-paces` (the controller restarted with each), with `--pod-ready-seconds` for
+//!   each restart's new pods.
 //!
 //! `--assert` exits non-zero unless every rollout completed, no ResourceExhausted was returned,
 //! and (with `--expect-max-read-rps R --expect-burst B`) every 10 s of server-side reads stayed
@@ -21,7 +26,10 @@ mod check;
 mod create;
 mod fleet;
 mod measure;
+mod mtls;
 mod observe;
+mod renew;
+mod restarts;
 mod scenarios;
 
 use std::collections::HashMap;
@@ -47,6 +55,7 @@ enum Scenario {
     Steady,
     Rollout,
     Pending,
+    Renew,
 }
 
 #[derive(Parser)]
@@ -101,6 +110,14 @@ struct Cli {
     /// An extra argument for `twc run` (repeatable), e.g. `--controller-arg=--temporal-read-rps=20`.
     #[arg(long = "controller-arg", allow_hyphen_values = true)]
     controller_args: Vec<String>,
+    /// A new pod template of a Deployment that is up (a restart) takes this long before its
+    /// new pods are ready; 0: at once.
+    #[arg(long, default_value_t = 0)]
+    pod_ready_seconds: u64,
+    /// Of `renew`: run it once per pace (comma-separated, e.g. `0,3`), the controller started
+    /// with `--restart-pace` of each in turn; unset: once, with the controller's own.
+    #[arg(long, value_delimiter = ',')]
+    restart_paces: Vec<usize>,
     /// Exit non-zero unless every rollout completed, no ResourceExhausted was returned and
     /// (with the two expectations) every 10 s of server-side reads stayed within B + 10 R.
     #[arg(long)]
@@ -131,7 +148,17 @@ struct Run {
     cli: Cli,
     env: TestEnv,
     client: Client,
+    /// The run's directory (data and logs).
+    dir: PathBuf,
     controller: Controller,
+    /// The `--restart-pace` the controller runs with (None: its default).
+    pace: Option<usize>,
+    /// Of `renew`: the CA and the TLS proxy in front of the dev server.
+    mtls: Option<mtls::Mtls>,
+    /// Of `renew`: the watch of the versioned Deployments.
+    restarts: Option<restarts::Restarts>,
+    /// Each renewal: the pace it ran with, its figures.
+    renewals: Vec<(String, restarts::Outcome)>,
     fleet: Arc<fleet::Fleet>,
     tracker: Tracker,
     sampler: Sampler,
@@ -173,6 +200,18 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     if cli.namespaces == 0 || cli.worker_deployments < cli.namespaces {
         bail!("need at least one WorkerDeployment per namespace");
     }
+    let renews = cli.scenario.contains(&Scenario::Renew);
+    if renews && cli.pods_never_start {
+        bail!("the renew scenario needs the fleet (no --pods-never-start)");
+    }
+    if !cli.restart_paces.is_empty()
+        && cli
+            .controller_args
+            .iter()
+            .any(|a| a.starts_with("--restart-pace"))
+    {
+        bail!("--restart-paces sets the controller's --restart-pace: give one or the other");
+    }
     let started = Instant::now();
     let dir = twc_testenv::fresh_dir(&cli.dir)?;
     let mut temporal = TemporalOptions {
@@ -211,31 +250,52 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     );
     let client = env.client().await?;
     twc_testenv::crds::install(&client, &twc_api::crd::all()).await?;
+    let mtls = if renews {
+        Some(mtls::Mtls::start(&env.temporal.address).await?)
+    } else {
+        None
+    };
 
     let (tracker, tracker_task) = Tracker::spawn(client.clone());
     let fleet = fleet::Fleet::new(
         client.clone(),
         env.temporal.address.clone(),
         !cli.pods_never_start,
+        Duration::from_secs(cli.pod_ready_seconds),
     );
     let fleet_task = tokio::spawn(fleet.clone().run());
 
+    let pace = cli
+        .restart_paces
+        .first()
+        .copied()
+        .or_else(|| pace_in(&cli.controller_args));
     let mut controller = Controller::start_with_args(
         &env.control_plane,
         &dir,
         "controller",
         IDENTITY,
-        &cli.controller_args,
+        &controller_args(&cli, cli.restart_paces.first().copied()),
     )?;
     controller.wait_ready().await?;
     let (sampler, sampler_task) = Sampler::spawn(controller.addr.clone());
-    let tasks = [fleet_task, sampler_task, tracker_task];
+    let mut tasks = vec![fleet_task, sampler_task, tracker_task];
+    let restarts = renews.then(|| {
+        let (restarts, task) = restarts::Restarts::spawn(client.clone());
+        tasks.push(task);
+        restarts
+    });
 
     let mut run = Run {
         cli,
         env,
         client,
+        dir,
         controller,
+        pace,
+        mtls,
+        restarts,
+        renewals: Vec::new(),
         fleet,
         tracker,
         sampler,
@@ -256,6 +316,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
             Scenario::Steady => run.steady().await?,
             Scenario::Rollout => run.rollout().await?,
             Scenario::Pending => run.pending().await?,
+            Scenario::Renew => run.renew().await?,
         }
     }
     if run.cli.assert {
@@ -278,6 +339,28 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
     }
     run.fleet.stop().await;
     Ok(failed)
+}
+
+/// `twc run`'s arguments: `--controller-arg`s, and `--restart-pace pace` when given.
+fn controller_args(cli: &Cli, pace: Option<usize>) -> Vec<String> {
+    let mut args = cli.controller_args.clone();
+    if let Some(pace) = pace {
+        args.push(format!("--restart-pace={pace}"));
+    }
+    args
+}
+
+/// The `--restart-pace` among `args`, if any.
+fn pace_in(args: &[String]) -> Option<usize> {
+    args.iter().enumerate().find_map(|(i, a)| {
+        match a.strip_prefix("--restart-pace") {
+            Some(rest) => rest
+                .strip_prefix('=')
+                .or_else(|| args.get(i + 1).map(|s| s.as_str())),
+            None => None,
+        }
+        .and_then(|v| v.parse().ok())
+    })
 }
 
 fn print_setup(run: &Run) {
@@ -327,6 +410,42 @@ fn print_setup(run: &Run) {
                 format!(" + {}", cli.controller_args.join(" "))
             }
         ),
+    );
+    if let Some(m) = &run.mtls {
+        row(
+            "connection",
+            format!(
+                "mutual TLS through a TLS proxy ({}) to the dev server; one client certificate Secret ({}) per namespace",
+                m.address(),
+                mtls::SECRET
+            ),
+        );
+        row(
+            "restart pace",
+            if cli.restart_paces.is_empty() {
+                run.pace_label()
+            } else {
+                format!(
+                    "{} in turn (the controller restarted with each)",
+                    cli.restart_paces
+                        .iter()
+                        .map(|p| p.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", then ")
+                )
+            },
+        );
+    }
+    row(
+        "pod ready after a restart",
+        if cli.pod_ready_seconds == 0 {
+            "at once".to_string()
+        } else {
+            format!(
+                "{} s (the status shows the rolling update under way until then)",
+                cli.pod_ready_seconds
+            )
+        },
     );
     row("machine", format!("{} cores", cores()));
     row(

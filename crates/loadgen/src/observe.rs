@@ -214,15 +214,21 @@ pub struct Tick {
 /// Every RPC the controller sends reaches the server's frontend, so the per-second series of
 /// reads is the same from either side.
 #[derive(Clone, Default)]
-pub struct Sampler(Arc<Mutex<Vec<Tick>>>, Arc<std::sync::atomic::AtomicBool>);
+pub struct Sampler(
+    Arc<Mutex<Vec<Tick>>>,
+    Arc<std::sync::atomic::AtomicBool>,
+    Arc<Mutex<String>>,
+);
 
 impl Sampler {
     /// Samples the controller's `/metrics` at `controller_address` (`host:port`; the same
-    /// across restarts).
+    /// across restarts of its process, another for a new controller: [`Sampler::follow`]).
     pub fn spawn(controller_address: String) -> (Self, JoinHandle<()>) {
         let sampler = Self::default();
+        sampler.follow(controller_address);
         let ticks = sampler.0.clone();
         let paused = sampler.1.clone();
+        let address = sampler.2.clone();
         let task = tokio::spawn(async move {
             let mut tick = tokio::time::interval(Duration::from_secs(1));
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -235,6 +241,9 @@ impl Sampler {
                 if paused.load(std::sync::atomic::Ordering::Relaxed) {
                     continue;
                 }
+                let Ok(controller_address) = address.lock().map(|a| a.clone()) else {
+                    return;
+                };
                 let Ok(text) =
                     twc_testenv::temporal::http_get_text(&controller_address, "/metrics").await
                 else {
@@ -270,6 +279,14 @@ impl Sampler {
             }
         });
         (sampler, task)
+    }
+
+    /// Samples the controller at `controller_address` from now on (a new controller process,
+    /// started with other arguments: its counters start at 0, as after a restart).
+    pub fn follow(&self, controller_address: String) {
+        if let Ok(mut a) = self.2.lock() {
+            *a = controller_address;
+        }
     }
 
     /// Stops (true) or resumes sampling: the controller's CPU in a steady window is measured
