@@ -155,7 +155,7 @@ async fn count_open(
     wd: &WorkerDeployment,
 ) -> Result<BTreeMap<String, i64>, String> {
     use twc_api::{ClusterConnection, Connection, ConnectionKind};
-    use twc_controller::connections::{self, ConnKey, Resolved};
+    use twc_controller::connections::{self, ConnKey};
     use twc_controller::temporal::WorkerDeploymentRef;
     use twc_controller::temporal::pool::ClientPool;
 
@@ -197,16 +197,9 @@ async fn count_open(
     let temporal_ns = &wd.spec.worker_options.temporal_namespace;
     let pool = ClientPool::new("twc-status");
     let no_cache = twc_controller::scoped::Scoped::new(Vec::new());
-    let (conn, _) = connections::temporal_client(
-        client,
-        &pool,
-        &no_cache,
-        &Resolved { key, spec },
-        &ns,
-        temporal_ns,
-    )
-    .await
-    .map_err(|e| e.to_string())?;
+    let (conn, _) = connections::temporal_client(client, &pool, &no_cache, &spec, &ns, temporal_ns)
+        .await
+        .map_err(|e| e.to_string())?;
     let name = twc_controller::plan::build_id::temporal_deployment_name(&ns, &wd.name_any());
     let deployment = WorkerDeploymentRef {
         conn: &conn,

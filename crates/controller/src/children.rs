@@ -170,6 +170,7 @@ impl From<wire::Deployment> for CachedDeployment {
         let value_of = |name: &str| env().find(|e| e.name == name).and_then(|e| e.value.clone());
         let temporal_namespace = value_of("TEMPORAL_NAMESPACE");
         let temporal_address = value_of("TEMPORAL_ADDRESS");
+        let tls_server_name = value_of("TEMPORAL_TLS_SERVER_NAME");
         let api_key = env()
             .find(|e| e.name == "TEMPORAL_API_KEY")
             .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
@@ -226,6 +227,7 @@ impl From<wire::Deployment> for CachedDeployment {
             credentials_digest,
             temporal_namespace,
             temporal_address,
+            tls_server_name,
             generation: metadata.generation,
             observed_generation: status.observed_generation,
             updated_replicas: status.updated_replicas.unwrap_or(0),
@@ -354,6 +356,13 @@ mod tests {
                 .flat_map(|p| p.containers.iter())
                 .flat_map(|c| c.env.iter().flatten())
                 .find(|e| e.name == "TEMPORAL_ADDRESS")
+                .and_then(|e| e.value.clone()),
+            tls_server_name: template
+                .and_then(|t| t.spec.as_ref())
+                .into_iter()
+                .flat_map(|p| p.containers.iter())
+                .flat_map(|c| c.env.iter().flatten())
+                .find(|e| e.name == "TEMPORAL_TLS_SERVER_NAME")
                 .and_then(|e| e.value.clone()),
             generation: d.metadata.generation,
             observed_generation: status.and_then(|s| s.observed_generation),

@@ -157,7 +157,7 @@ pub fn secret_names(spec: &ConnectionSpec) -> Vec<String> {
     names
 }
 
-/// A Temporal client for `wd` through `resolved`, from the pool or freshly dialled. Secrets
+/// A Temporal client for `wd` through the connection `spec`, from the pool or freshly dialled. Secrets
 /// are read from `namespace` (the WorkerDeployment's) and nowhere else. `secret_meta` (a
 /// metadata-only watch cache of Secrets) supplies resourceVersions for the pool key, so a
 /// reconcile with a pooled client reads no Secret at all.
@@ -165,11 +165,10 @@ pub async fn temporal_client(
     kube: &Client,
     pool: &ClientPool,
     secret_meta: &Scoped<PartialObjectMeta<Secret>>,
-    resolved: &Resolved,
+    spec: &ConnectionSpec,
     namespace: &str,
     temporal_namespace: &str,
 ) -> Result<(TemporalConnection, PoolKey)> {
-    let spec = &resolved.spec;
     let cached_version = |name: &str| {
         secret_meta.get(namespace, name).map(|m| SecretVersion {
             namespace: namespace.to_string(),

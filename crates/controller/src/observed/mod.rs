@@ -43,6 +43,8 @@ pub struct ObservedDeployment {
     pub temporal_namespace: Option<String>,
     /// `TEMPORAL_ADDRESS` as rendered; None when not known.
     pub temporal_address: Option<String>,
+    /// `TEMPORAL_TLS_SERVER_NAME` as rendered; None when not set.
+    pub tls_server_name: Option<String>,
     /// `metadata.generation` and `status.observedGeneration`.
     pub generation: Option<i64>,
     pub observed_generation: Option<i64>,

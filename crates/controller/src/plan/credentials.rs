@@ -40,6 +40,10 @@ pub struct CredentialsWrite {
     pub expires: Option<SystemTime>,
     /// When the client certificate of the new content expires (recorded with the digest).
     pub not_after: Option<SystemTime>,
+    /// Its workers poll another place than the connection's (a version kept on a previous
+    /// connection or Temporal namespace): the new content must be accepted there, checked with
+    /// a client of that place, before its workers restart onto it.
+    pub verify: bool,
 }
 
 /// A Temporal connection as the pace counts it: the address and namespace the workers poll.
@@ -61,6 +65,9 @@ pub struct HeldRestart {
     pub deployment: String,
     pub build: String,
     pub why: String,
+    /// It waits because something is wrong (the new content was not accepted where its
+    /// workers poll), not for its turn: a Warning.
+    pub refused: bool,
 }
 
 /// A restart the controller started holds its place this long at most, available again or
@@ -139,6 +146,7 @@ pub(super) fn plan_credentials(
     wd: &WorkerDeployment,
     observed: &Observed,
     desired_conn: &super::deployment::PodConnection,
+    here: &Place,
     plan: &mut Plan,
 ) {
     let Some(digest) = observed.secrets_digest.as_deref() else {
@@ -174,6 +182,7 @@ pub(super) fn plan_credentials(
             );
             writes.extend(w.map(|mut w| {
                 w.not_after = observed.secrets_not_after;
+                w.verify = w.restart && w.place != *here;
                 (last(build), w)
             }));
         }
@@ -190,6 +199,7 @@ pub(super) fn plan_credentials(
                 deployment: w.deployment,
                 build: w.build,
                 why: "restarts after the older versions of its WorkerDeployment".into(),
+                refused: false,
             });
         } else {
             plan.credentials.push(w);
@@ -240,15 +250,18 @@ fn write_for(
         place: place_of(d).unwrap_or_default(),
         expires: d.credentials_not_after,
         not_after: None,
+        verify: false,
     })
 }
 
 /// While `wd` is being deleted: the restarts of the versions `kept` for their pinned
-/// workflows whose Secrets (of digest `digest`) changed; they must reach Temporal to finish.
+/// workflows whose Secrets (of digest `digest`, as read by a client of `here`) changed; they
+/// must reach Temporal to finish. One polling elsewhere than `here` is verified there first.
 pub fn while_deleting<'a>(
     wd: &WorkerDeployment,
     kept: impl IntoIterator<Item = &'a ObservedDeployment>,
     digest: Option<&str>,
+    here: &Place,
 ) -> Vec<CredentialsWrite> {
     let Some(digest) = digest else {
         return Vec::new();
@@ -256,6 +269,10 @@ pub fn while_deleting<'a>(
     kept.into_iter()
         .filter_map(|d| write_for(d, digest, None, false, false, opted_out(wd)))
         .filter(|w| w.restart)
+        .map(|mut w| {
+            w.verify = w.place != *here;
+            w
+        })
         .collect()
 }
 

@@ -318,7 +318,11 @@ pub fn plan_with(
                 .any(|a| a.metadata.name.as_deref() == Some(name))
     });
 
-    credentials::plan_credentials(wd, observed, &desired_conn, &mut plan);
+    let here = credentials::Place {
+        address: conn.host_port.clone(),
+        namespace: wd.spec.worker_options.temporal_namespace.clone(),
+    };
+    credentials::plan_credentials(wd, observed, &desired_conn, &here, &mut plan);
 
     let guard = guard::assess(wd, &target, observed);
     if let Some(at) = guard.deadline_at {

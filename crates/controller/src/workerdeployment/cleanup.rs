@@ -210,8 +210,8 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         let kept = owned
             .iter()
             .filter(|d| keep.contains(&place_of(d), &d.build_id));
-        let key = client.as_ref().map(|c| &c.1);
-        super::restart_kept(ctx, wd, &deployments, kept, key).await?;
+        let client = client.as_ref().map(|c| (&c.1, &c.2));
+        super::restart_kept(ctx, wd, &deployments, kept, client).await?;
         report_waiting(wd, ctx, &deployment_name, &temporal_ns, &keep).await?;
         return Ok(Action::requeue(
             ctx.intervals.moving.max(ctx.intervals.steady),
@@ -288,7 +288,7 @@ async fn connect(
         &ctx.client,
         &ctx.pool,
         &ctx.secret_meta,
-        &resolved,
+        &resolved.spec,
         ns,
         temporal_ns,
     )

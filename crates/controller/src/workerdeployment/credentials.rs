@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use twc_api::labels::{CREDENTIALS_DIGEST, CREDENTIALS_NOT_AFTER, CREDENTIALS_RESTARTED_AT};
-use twc_api::{WaitingRestart, WorkerDeployment};
+use twc_api::{ConnectionSpec, WaitingRestart, WorkerDeployment};
 
 use super::Context;
 use crate::error::{Error, Result};
@@ -21,6 +21,9 @@ use crate::temporal::credentials::rfc3339;
 
 /// The reason of the event for a restart held back by the pace.
 pub const RESTART_WAITING: &str = "CredentialsRestartWaiting";
+/// The reason of the event for a restart held because the new content was refused where the
+/// version's workers poll.
+pub const RESTART_REFUSED: &str = "CredentialsNotAcceptedThere";
 /// The reason of the event for a restart that went ahead of the pace.
 pub const RESTART_UNPACED: &str = "CredentialsRestartedBeforeExpiry";
 
@@ -47,11 +50,16 @@ pub struct Written {
 /// `wd`'s namespace); a restart (the digest on the pod template too, which rolls its pods)
 /// only when the pace admits it, recording when it started. What went through and what waits,
 /// and the error that stopped it.
+///
+/// A restart of a version whose workers poll elsewhere than `conn` reaches (kept on a previous
+/// connection or Temporal namespace) goes only once the new content was accepted there
+/// ([`accepted_at`]); else it keeps what it has, and says why.
 pub async fn write(
     ctx: &Context,
     wd: &WorkerDeployment,
     deployments: &Api<Deployment>,
     writes: &[CredentialsWrite],
+    conn: &ConnectionSpec,
     now: SystemTime,
 ) -> (Written, Result<()>) {
     let ns = wd.namespace().unwrap_or_default();
@@ -66,6 +74,22 @@ pub async fn write(
         let mut body = json!({"metadata": {"annotations": annotations}});
         let deployment = format!("{ns}/{}", write.deployment);
         let mut urgent = None;
+        if write.restart && write.verify {
+            let server_name = server_name_of(ctx, &ns, &write.deployment);
+            let accepted = accepted_at(ctx, wd, conn, write, server_name.as_deref()).await;
+            if let Err(why) = accepted {
+                written.held.push(HeldRestart {
+                    deployment: write.deployment.clone(),
+                    build: write.build.clone(),
+                    why: format!(
+                        "keeps the credentials its workers started with: the credential Secrets' new content was not accepted at {}, where they poll: {why}",
+                        write.place
+                    ),
+                    refused: true,
+                });
+                continue;
+            }
+        }
         if write.restart {
             let seen = seen_at(ctx, &write.place, now);
             let admission = ctx.restarts.admit(
@@ -83,16 +107,15 @@ pub async fn write(
                 "restart onto renewed credentials: {admission:?}"
             );
             match admission {
-                Admission::Wait {
-                    restarting, limit, ..
-                } => {
+                Admission::Wait { limit, .. } => {
                     written.held.push(HeldRestart {
                         deployment: write.deployment.clone(),
                         build: write.build.clone(),
                         why: format!(
-                            "waits for its turn: at most {limit} versioned Deployments of {} restart at once (--restart-pace), {restarting} do now",
+                            "waits for its turn: at most {limit} versioned Deployments of {} restart at once (--restart-pace)",
                             write.place
                         ),
+                        refused: false,
                     });
                     waiting_at.push(&write.place);
                     continue;
@@ -143,6 +166,66 @@ pub async fn write(
     (written, Ok(()))
 }
 
+/// The TLS server name the pods of Deployment `ns/name` verify the server with, as the watch
+/// cache shows it.
+fn server_name_of(ctx: &Context, ns: &str, name: &str) -> Option<String> {
+    ctx.deployments.get(ns, name)?.view.tls_server_name.clone()
+}
+
+/// Whether the credential Secrets' content of `write` (as they are now) is accepted where its
+/// workers poll, `write.place`: a client of that address, dialled with that content and the
+/// pods' server name, reads the worker deployment in that Temporal namespace (absent is an
+/// answer too). Why not, otherwise.
+async fn accepted_at(
+    ctx: &Context,
+    wd: &WorkerDeployment,
+    conn: &ConnectionSpec,
+    write: &CredentialsWrite,
+    server_name: Option<&str>,
+) -> std::result::Result<(), String> {
+    let place = &write.place;
+    let mut spec = conn.clone();
+    spec.host_port = place.address.clone();
+    match server_name {
+        Some(n) => spec.tls.get_or_insert_with(Default::default).server_name = Some(n.into()),
+        None => {
+            if let Some(t) = spec.tls.as_mut() {
+                t.server_name = None;
+            }
+        }
+    }
+    let ns = wd.namespace().unwrap_or_default();
+    let (client, key) = crate::connections::temporal_client(
+        &ctx.client,
+        &ctx.pool,
+        &ctx.secret_meta,
+        &spec,
+        &ns,
+        &place.namespace,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    // The Secrets changed again since the plan: the next reconcile restarts onto that.
+    if ctx.pool.secrets_digest(&key).as_deref() != Some(write.digest.as_str()) {
+        return Err("the Secrets changed again meanwhile".into());
+    }
+    ctx.reads
+        .take(&key, crate::temporal::reads::Priority::Moving)
+        .await;
+    let name = crate::plan::build_id::temporal_deployment_name(&ns, &wd.name_any());
+    let target = crate::temporal::WorkerDeploymentRef {
+        conn: &client,
+        namespace: &place.namespace,
+        name: &name,
+        identity: ctx.identity(),
+    };
+    match target.describe().await {
+        Ok(_) => Ok(()),
+        Err(s) if s.code() == crate::temporal::Code::NotFound => Ok(()),
+        Err(s) => Err(format!("{:?}: {}", s.code(), s.message())),
+    }
+}
+
 /// Every versioned Deployment of `place` the watch cache shows, at `now`.
 fn seen_at(ctx: &Context, place: &Place, now: SystemTime) -> Vec<Seen> {
     ctx.deployments
@@ -171,12 +254,9 @@ pub fn waiting(plan: &Plan, held: &[HeldRestart]) -> Vec<WaitingRestart> {
 }
 
 /// The events of the credentials writes: a restart (and one ahead of the pace, which says
-/// why), and a restart that starts to wait (once, when it was not waiting before).
-pub fn notes(
-    wd: &WorkerDeployment,
-    recorded: &[Recorded],
-    waiting: &[WaitingRestart],
-) -> Vec<Note> {
+/// why), and a restart that starts to wait (once, when it was not waiting before: a Warning
+/// when it waits because its new content was refused where its workers poll).
+pub fn notes(wd: &WorkerDeployment, recorded: &[Recorded], held: &[HeldRestart]) -> Vec<Note> {
     let mut notes = Vec::new();
     for r in recorded.iter().filter(|r| r.restarted) {
         let Recorded {
@@ -208,17 +288,23 @@ pub fn notes(
         .as_ref()
         .map(|s| s.restarts_waiting.as_slice())
         .unwrap_or_default();
-    for w in waiting {
-        if !before.iter().any(|b| b.deployment == w.deployment) {
-            notes.push(Note {
-                type_: EventType::Normal,
-                reason: RESTART_WAITING,
-                note: format!(
-                    "Deployment {} (buildID {}) {}",
-                    w.deployment, w.build_id, w.message
-                ),
-            });
+    for h in held {
+        let was = before.iter().find(|b| b.deployment == h.deployment);
+        if was.is_some_and(|b| b.message == h.why) {
+            continue;
         }
+        let (type_, reason) = match h.refused {
+            true => (EventType::Warning, RESTART_REFUSED),
+            false => (EventType::Normal, RESTART_WAITING),
+        };
+        notes.push(Note {
+            type_,
+            reason,
+            note: format!(
+                "Deployment {} (buildID {}) {}",
+                h.deployment, h.build, h.why
+            ),
+        });
     }
     notes
 }

@@ -236,7 +236,8 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         }
     }
     let (written, result) =
-        super::credentials::write(ctx, wd, &deployments, &plan.credentials, observed.now).await;
+        super::credentials::write(ctx, wd, &deployments, &plan.credentials, conn, observed.now)
+            .await;
     applied.recorded.extend(written.recorded);
     applied.held.extend(written.held);
     result?;

@@ -327,12 +327,14 @@ async fn roll_out(
     let mut notes = events::of_status(&previous, &new_status);
     if let Ok(p) = &pass {
         notes.extend(events::of_applied(wd, &p.plan.target_build_id, &p.applied));
-        let recorded = &p.applied.recorded;
-        notes.extend(credentials::notes(
-            wd,
-            recorded,
-            &new_status.restarts_waiting,
-        ));
+        let held: Vec<_> = p
+            .plan
+            .restarts_held
+            .iter()
+            .chain(&p.applied.held)
+            .cloned()
+            .collect();
+        notes.extend(credentials::notes(wd, &p.applied.recorded, &held));
     }
     notes.extend(failed);
     for n in notes {
@@ -353,20 +355,26 @@ async fn roll_out(
 
 /// While `wd` is being deleted: restarts the versions `kept` for their pinned workflows whose
 /// credential Secrets changed (see [`crate::plan::credentials::while_deleting`]), as read by
-/// the client of `key`, with an event for each.
+/// the client of `key` for the connection `spec`, with an event for each.
 async fn restart_kept<'a>(
     ctx: &Context,
     wd: &WorkerDeployment,
     deployments: &kube::Api<k8s_openapi::api::apps::v1::Deployment>,
     kept: impl IntoIterator<Item = &'a crate::plan::ObservedDeployment>,
-    key: Option<&crate::temporal::pool::PoolKey>,
+    client: Option<(&crate::temporal::pool::PoolKey, &twc_api::ConnectionSpec)>,
 ) -> Result<()> {
-    let digest = key.and_then(|k| ctx.pool.secrets_digest(k));
-    let restarts = plan::credentials::while_deleting(wd, kept, digest.as_deref());
+    let Some((key, spec)) = client else {
+        return Ok(());
+    };
+    let digest = ctx.pool.secrets_digest(key);
+    let here = plan::credentials::Place {
+        address: key.host_port.clone(),
+        namespace: key.temporal_namespace.clone(),
+    };
+    let restarts = plan::credentials::while_deleting(wd, kept, digest.as_deref(), &here);
     let now = SystemTime::now();
-    let (written, result) = credentials::write(ctx, wd, deployments, &restarts, now).await;
-    let waiting = credentials::waiting(&Plan::default(), &written.held);
-    for n in credentials::notes(wd, &written.recorded, &waiting) {
+    let (written, result) = credentials::write(ctx, wd, deployments, &restarts, spec, now).await;
+    for n in credentials::notes(wd, &written.recorded, &written.held) {
         ctx.event(wd, n.type_, n.reason, n.note).await;
     }
     result

@@ -74,7 +74,7 @@ pub async fn temporal(
         &ctx.client,
         &ctx.pool,
         &ctx.secret_meta,
-        resolved,
+        &resolved.spec,
         &ns,
         &wd.spec.worker_options.temporal_namespace,
     )

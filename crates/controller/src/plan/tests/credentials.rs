@@ -78,6 +78,9 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
         // Another server's version: Temporal here does not list it, so it is kept.
         .deployment("kept-other-connection", Some(1))
         .stale_connection("kept-other-connection")
+        .edit_deployment("kept-other-connection", |d| {
+            d.temporal_address = Some("old-server:7233".into())
+        })
         .started_with("kept-other-connection", "s.old")
         .deployment("other-secrets", Some(1))
         .version("other-secrets", Draining)
@@ -105,6 +108,14 @@ fn changed_secrets_restart_every_running_version_on_the_connection() {
             ("scaled-down".into(), false),
         ]
     );
+    // Only the version whose workers poll another server is checked there first.
+    let verified: Vec<&str> = p
+        .credentials
+        .iter()
+        .filter(|c| c.verify)
+        .map(|c| c.build.as_str())
+        .collect();
+    assert_eq!(verified, ["kept-other-connection"]);
     // The current version restarts last, once the others are done.
     assert_eq!(
         p.restarts_held
@@ -195,7 +206,11 @@ fn a_deletion_restarts_the_versions_it_waits_for() {
         .deployment("unrecorded", Some(1))
         .build();
     let restarts = |wd: &WorkerDeployment, digest: Option<&str>| {
-        crate::plan::credentials::while_deleting(wd, o.deployments.values(), digest)
+        let here = crate::plan::credentials::Place {
+            address: conn().host_port,
+            namespace: "default".into(),
+        };
+        crate::plan::credentials::while_deleting(wd, o.deployments.values(), digest, &here)
             .into_iter()
             .map(|w| (w.build, w.restart))
             .collect::<Vec<_>>()

@@ -97,6 +97,7 @@ impl World {
             credentials_digest: None,
             temporal_namespace: Some("default".into()),
             temporal_address: Some(conn().host_port),
+            tls_server_name: None,
             generation: Some(1),
             observed_generation: Some(1),
             updated_replicas: replicas.unwrap_or(1),
