@@ -310,6 +310,14 @@ mod tests {
                 .and_then(|m| m.annotations.as_ref())
                 .and_then(|a| a.get(key).cloned())
         };
+        let env_value = |name: &str| {
+            template
+                .and_then(|t| t.spec.as_ref())
+                .into_iter()
+                .flat_map(|p| p.containers.iter())
+                .flat_map(|c| c.env.iter().flatten())
+                .find(|e| e.name == name)
+        };
         Some(ObservedDeployment {
             name: d.name_any(),
             build_id: d.labels().get(twc_api::labels::BUILD_ID)?.clone(),
@@ -329,12 +337,7 @@ mod tests {
                         let secret = v.secret.as_ref().and_then(|s| s.secret_name.as_deref());
                         (v.name.as_str(), secret)
                     }),
-                template
-                    .and_then(|t| t.spec.as_ref())
-                    .into_iter()
-                    .flat_map(|p| p.containers.iter())
-                    .flat_map(|c| c.env.iter().flatten())
-                    .find(|e| e.name == "TEMPORAL_API_KEY")
+                env_value("TEMPORAL_API_KEY")
                     .and_then(|e| e.value_from.as_ref()?.secret_key_ref.as_ref())
                     .map(|r| (r.name.as_str(), r.key.as_str())),
             )),
@@ -343,27 +346,9 @@ mod tests {
                 .annotations()
                 .get(twc_api::labels::CREDENTIALS_DIGEST)
                 .cloned(),
-            temporal_namespace: template
-                .and_then(|t| t.spec.as_ref())
-                .into_iter()
-                .flat_map(|p| p.containers.iter())
-                .flat_map(|c| c.env.iter().flatten())
-                .find(|e| e.name == "TEMPORAL_NAMESPACE")
-                .and_then(|e| e.value.clone()),
-            temporal_address: template
-                .and_then(|t| t.spec.as_ref())
-                .into_iter()
-                .flat_map(|p| p.containers.iter())
-                .flat_map(|c| c.env.iter().flatten())
-                .find(|e| e.name == "TEMPORAL_ADDRESS")
-                .and_then(|e| e.value.clone()),
-            tls_server_name: template
-                .and_then(|t| t.spec.as_ref())
-                .into_iter()
-                .flat_map(|p| p.containers.iter())
-                .flat_map(|c| c.env.iter().flatten())
-                .find(|e| e.name == "TEMPORAL_TLS_SERVER_NAME")
-                .and_then(|e| e.value.clone()),
+            temporal_namespace: env_value("TEMPORAL_NAMESPACE").and_then(|e| e.value.clone()),
+            temporal_address: env_value("TEMPORAL_ADDRESS").and_then(|e| e.value.clone()),
+            tls_server_name: env_value("TEMPORAL_TLS_SERVER_NAME").and_then(|e| e.value.clone()),
             generation: d.metadata.generation,
             observed_generation: status.and_then(|s| s.observed_generation),
             updated_replicas: status.and_then(|s| s.updated_replicas).unwrap_or(0),

@@ -36,14 +36,6 @@ struct Seen {
 impl Seen {
     fn of(d: &Deployment) -> Self {
         let spec = d.spec.as_ref();
-        let want = spec.and_then(|s| s.replicas).unwrap_or(1);
-        let status = d.status.clone().unwrap_or_default();
-        let updated = status.updated_replicas.unwrap_or(0);
-        let seen = match (d.metadata.generation, status.observed_generation) {
-            (Some(g), Some(o)) => o >= g,
-            (Some(_), None) => false,
-            (None, _) => true,
-        };
         Self {
             digest: d.annotations().get(CREDENTIALS_DIGEST).cloned(),
             template_digest: spec
@@ -51,11 +43,8 @@ impl Seen {
                 .and_then(|m| m.annotations.as_ref())
                 .and_then(|a| a.get(CREDENTIALS_DIGEST))
                 .cloned(),
-            rolled_out: seen
-                && updated >= want
-                && status.replicas.unwrap_or(0) <= updated
-                && status.available_replicas.unwrap_or(0) >= want,
-            running: want > 0,
+            rolled_out: twc_testenv::deployments::rolled_out(d),
+            running: spec.and_then(|s| s.replicas).unwrap_or(1) > 0,
         }
     }
 

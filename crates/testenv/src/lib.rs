@@ -20,6 +20,7 @@ pub mod api_proxy;
 pub mod control_plane;
 pub mod controller;
 pub mod crds;
+pub mod deployments;
 mod error;
 pub mod node;
 pub mod paths;

@@ -108,6 +108,40 @@ async fn renew_certificate(sc: &SharedConnection, ns: &str) -> Result<(), kube::
     Ok(())
 }
 
+/// A user `w` in `ns` through the shared connection, rolled out: its build ID and versioned
+/// Deployment's name.
+async fn v1_rolled_out(sc: &SharedConnection, ns: &str) -> (String, String) {
+    sc.user(ns, "w").await;
+    let wd = wait_wd(&sc.client, ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
+    let build = wd
+        .status
+        .and_then(|s| s.current_version)
+        .map(|c| c.base.build_id)
+        .unwrap_or_default();
+    let name = twc_controller::plan::build_id::deployment_name("w", &build);
+    (build, name)
+}
+
+/// Waits until every pod of version `build` in `ns` is new (none of `before`) and ready: the
+/// workers started again.
+async fn wait_pods_replaced(
+    sc: &SharedConnection,
+    ns: &str,
+    build: &str,
+    before: &[(String, String, bool)],
+) -> Result<(), twc_testenv::Error> {
+    wait_for("the workers restarted", ROLLOUT, || async move {
+        let now = pods_of(&sc.client, ns, build).await;
+        let fresh = |p: &(String, String, bool)| !before.iter().any(|b| b.0 == p.0);
+        if !now.is_empty() && now.iter().all(|p| fresh(p) && p.2) {
+            Ok(())
+        } else {
+            Err(format!("before {before:?}, now {now:?}"))
+        }
+    })
+    .await
+}
+
 /// Waits until Deployment `name` records a digest other than `recorded` and carries it on its
 /// pod template too (its pods restart with the new Secret).
 async fn wait_restarted(
@@ -251,7 +285,7 @@ async fn a_client_idle_for_fifteen_minutes_is_dropped() -> TestResult {
 }
 
 /// The digest recorded on the Deployment, the one on its pod template, and its build ID.
-fn digests(d: &Deployment) -> (Option<String>, Option<String>, Option<String>) {
+pub(crate) fn digests(d: &Deployment) -> (Option<String>, Option<String>, Option<String>) {
     let key = twc_api::labels::CREDENTIALS_DIGEST;
     let on_template = d
         .spec
@@ -298,15 +332,8 @@ async fn pods_of(client: &kube::Client, ns: &str, build: &str) -> Vec<(String, S
 async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version() -> TestResult {
     let sc = SharedConnection::new("renew").await?;
     let ns = sc.tenant("renew").await;
-    sc.user(&ns, "w").await;
-    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
-    let build = wd
-        .status
-        .and_then(|s| s.current_version)
-        .map(|c| c.base.build_id)
-        .unwrap_or_default();
+    let (build, name) = v1_rolled_out(&sc, &ns).await;
     let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
-    let name = twc_controller::plan::build_id::deployment_name("w", &build);
     let (recorded, on_template, _) = digests(&deployments.get(&name).await?);
     let recorded = recorded.ok_or("the new Deployment records no credentials digest")?;
     assert_eq!(
@@ -340,19 +367,7 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
         "the build ID changed"
     );
     // Every pod is new and ready: the workers started with the new certificate.
-    wait_for("the workers restarted", ROLLOUT, || {
-        let (client, ns, build, before) = (sc.client.clone(), ns.clone(), build.clone(), &before);
-        async move {
-            let now = pods_of(&client, &ns, &build).await;
-            let fresh = |p: &(String, String, bool)| !before.iter().any(|b| b.0 == p.0);
-            if !now.is_empty() && now.iter().all(|p| fresh(p) && p.2) {
-                Ok(())
-            } else {
-                Err(format!("before {before:?}, now {now:?}"))
-            }
-        }
-    })
-    .await?;
+    wait_pods_replaced(&sc, &ns, &build, &before).await?;
     wait_event(&sc.client, &ns, "CredentialsChanged", &name, QUICK).await;
     // Still one version, still current, the rollout still done.
     let wd = wait_wd(&sc.client, &ns, "w", "still rolled out", QUICK, rolled_out).await;
@@ -377,15 +392,8 @@ async fn a_renewed_client_certificate_restarts_the_workers_on_the_same_version()
 async fn an_adopted_deployment_whose_pods_may_predate_the_certificate_restarts() -> TestResult {
     let sc = SharedConnection::new("adopt-stale").await?;
     let ns = sc.tenant("adopt-stale").await;
-    sc.user(&ns, "w").await;
-    let wd = wait_wd(&sc.client, &ns, "w", "v1 rolled out", ROLLOUT, rolled_out).await;
-    let build = wd
-        .status
-        .and_then(|s| s.current_version)
-        .map(|c| c.base.build_id)
-        .unwrap_or_default();
+    let (build, name) = v1_rolled_out(&sc, &ns).await;
     let deployments = Api::<Deployment>::namespaced(sc.client.clone(), &ns);
-    let name = twc_controller::plan::build_id::deployment_name("w", &build);
     let before = pods_of(&sc.client, &ns, &build).await;
     // The Deployment's record of what its pods read, gone (as on a Deployment TWC made).
     let forget = json!([{"op": "remove", "path": format!(
@@ -399,34 +407,9 @@ async fn an_adopted_deployment_whose_pods_may_predate_the_certificate_restarts()
             &Patch::Json::<()>(serde_json::from_value(forget)?),
         )
         .await?;
-    wait_for(
-        "the workers restarted onto the Secret as it is",
-        ROLLOUT,
-        || {
-            let (client, ns, build, before) =
-                (sc.client.clone(), ns.clone(), build.clone(), &before);
-            let deployments = deployments.clone();
-            let name = name.clone();
-            async move {
-                let d = deployments.get(&name).await.map_err(|e| e.to_string())?;
-                let (recorded, on_template, _) = digests(&d);
-                let now = pods_of(&client, &ns, &build).await;
-                let fresh = |p: &(String, String, bool)| !before.iter().any(|b| b.0 == p.0);
-                if recorded.is_some()
-                    && recorded == on_template
-                    && !now.is_empty()
-                    && now.iter().all(|p| fresh(p) && p.2)
-                {
-                    Ok(())
-                } else {
-                    Err(format!(
-                        "digest {recorded:?} / {on_template:?}; before {before:?}, now {now:?}"
-                    ))
-                }
-            }
-        },
-    )
-    .await?;
+    // Restarted onto the Secret as it is: the digest on the pod template, every pod new.
+    wait_restarted(&deployments, &name, None).await?;
+    wait_pods_replaced(&sc, &ns, &build, &before).await?;
     Ok(())
 }
 

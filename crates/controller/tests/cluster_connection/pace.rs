@@ -10,31 +10,16 @@ use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
 use serde_json::json;
-use twc_api::labels::{CREDENTIALS_DIGEST, CREDENTIALS_RESTARTED_AT};
+use twc_api::labels::CREDENTIALS_RESTARTED_AT;
 use twc_testenv::wait_for;
 
 /// The controller's default `--restart-pace` (the tests' controller keeps it).
 const PACE: usize = twc_controller::restarts::DEFAULT_LIMIT;
 
-/// Whether `d` runs its current pod template everywhere, as the Deployment controller reports.
-fn deployment_rolled_out(d: &Deployment) -> bool {
-    let (spec, status) = (d.spec.as_ref(), d.status.clone().unwrap_or_default());
-    let want = spec.and_then(|s| s.replicas).unwrap_or(1);
-    status.observed_generation >= d.metadata.generation
-        && status.updated_replicas.unwrap_or(0) >= want
-        && status.replicas.unwrap_or(0) <= status.updated_replicas.unwrap_or(0)
-        && status.available_replicas.unwrap_or(0) >= want
-}
-
 /// Whether `d` restarted onto the digest it records (the pod template carries it).
 fn restarted(d: &Deployment) -> bool {
-    let on_template = d
-        .spec
-        .as_ref()
-        .and_then(|s| s.template.metadata.as_ref())
-        .and_then(|m| m.annotations.as_ref())
-        .and_then(|a| a.get(CREDENTIALS_DIGEST));
-    on_template.is_some() && on_template == d.annotations().get(CREDENTIALS_DIGEST)
+    let (recorded, on_template, _) = crate::clients::digests(d);
+    on_template.is_some() && on_template == recorded
 }
 
 /// Five WorkerDeployments of one namespace share its client certificate Secret and a Temporal
@@ -47,8 +32,6 @@ async fn a_shared_secret_renewed_restarts_its_users_a_few_at_a_time() -> TestRes
     let sc = SharedConnection::new("pace").await?;
     let ns = sc.tenant("pace").await;
     let names = ["p1", "p2", "p3", "p4", "p5"];
-    // A restart holds its place until its new pod has been ready for 5 s (the pod runner
-    // starts workers in well under a second, quicker than the WorkerDeployments' reconciles).
     let wds = Api::<twc_api::WorkerDeployment>::namespaced(sc.client.clone(), &ns);
     // One Temporal namespace for all (the pace counts per address and namespace).
     let temporal_ns = sc
@@ -57,15 +40,10 @@ async fn a_shared_secret_renewed_restarts_its_users_a_few_at_a_time() -> TestRes
         .spec
         .worker_options
         .temporal_namespace;
-    for n in names {
-        if n != names[0] {
-            let cc = cluster_ref(&sc.cc);
-            sc.w.worker_deployment_in(&ns, n, cc, "v1", &temporal_ns)
-                .await;
-        }
-        let slow = json!({"spec": {"minReadySeconds": 5}});
-        wds.patch(n, &PatchParams::default(), &Patch::Merge(slow))
-            .await?;
+    for n in &names[1..] {
+        let cc = cluster_ref(&sc.cc);
+        sc.w.worker_deployment_in(&ns, n, cc, "v1", &temporal_ns)
+            .await;
     }
     for n in names {
         wait_wd(&sc.client, &ns, n, "v1 rolled out", ROLLOUT, rolled_out).await;
@@ -78,6 +56,33 @@ async fn a_shared_secret_renewed_restarts_its_users_a_few_at_a_time() -> TestRes
         before.iter().all(|d| !restarted(d)),
         "restarted before the renewal"
     );
+    // A restart holds its place until its new pod has been ready for 5 s (the pod runner
+    // starts workers in well under a second, quicker than the WorkerDeployments' reconciles).
+    // Set on the Deployments themselves: no pod restarts for it.
+    let slow = json!({"spec": {"minReadySeconds": 5}});
+    for d in &before {
+        deployments
+            .patch(&d.name_any(), &PatchParams::default(), &Patch::Merge(&slow))
+            .await?;
+    }
+    wait_for("the Deployments took minReadySeconds", QUICK, || {
+        let (deployments, versions) = (deployments.clone(), versions.clone());
+        async move {
+            let now = deployments
+                .list(&versions)
+                .await
+                .map_err(|e| e.to_string())?;
+            now.items
+                .iter()
+                .all(|d| {
+                    d.spec.as_ref().and_then(|s| s.min_ready_seconds) == Some(5)
+                        && twc_testenv::deployments::rolled_out(d)
+                })
+                .then_some(())
+                .ok_or_else(|| "not yet".to_string())
+        }
+    })
+    .await?;
 
     let renewed = sc.w.mtls_secret(MTLS_SECRET, time::Duration::days(90));
     Api::<Secret>::namespaced(sc.client.clone(), &ns)
@@ -95,7 +100,8 @@ async fn a_shared_secret_renewed_restarts_its_users_a_few_at_a_time() -> TestRes
         let restarting = now
             .iter()
             .filter(|d| {
-                d.annotations().contains_key(CREDENTIALS_RESTARTED_AT) && !deployment_rolled_out(d)
+                d.annotations().contains_key(CREDENTIALS_RESTARTED_AT)
+                    && !twc_testenv::deployments::rolled_out(d)
             })
             .count();
         peak = peak.max(restarting);
@@ -104,14 +110,23 @@ async fn a_shared_secret_renewed_restarts_its_users_a_few_at_a_time() -> TestRes
                 .as_ref()
                 .is_some_and(|s| !s.restarts_waiting.is_empty())
         });
-        if now.len() == names.len() && now.iter().all(|d| restarted(d) && deployment_rolled_out(d))
+        if now.len() == names.len()
+            && now
+                .iter()
+                .all(|d| restarted(d) && twc_testenv::deployments::rolled_out(d))
         {
             break;
         }
         if started.elapsed() > ROLLOUT * 2 {
             let state: Vec<_> = now
                 .iter()
-                .map(|d| (d.name_any(), restarted(d), deployment_rolled_out(d)))
+                .map(|d| {
+                    (
+                        d.name_any(),
+                        restarted(d),
+                        twc_testenv::deployments::rolled_out(d),
+                    )
+                })
                 .collect();
             return Err(format!("not all restarted: {state:?}").into());
         }

@@ -1,0 +1,20 @@
+//! What a test or a benchmark reads off an `apps/v1` Deployment as the apiserver has it.
+
+use k8s_openapi::api::apps::v1::Deployment;
+
+/// Whether `d` runs its current pod template everywhere, as the Deployment controller reports
+/// it: it has seen the latest spec, every pod is updated and available, and no pod of an older
+/// template is left. (The controller judges its restart pace by the same rule, on its cache.)
+pub fn rolled_out(d: &Deployment) -> bool {
+    let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+    let status = d.status.clone().unwrap_or_default();
+    let updated = status.updated_replicas.unwrap_or(0);
+    let seen = match (d.metadata.generation, status.observed_generation) {
+        (Some(g), Some(o)) => o >= g,
+        (Some(_), None) => false,
+        (None, _) => true,
+    };
+    seen && updated >= want
+        && status.replicas.unwrap_or(0) <= updated
+        && status.available_replicas.unwrap_or(0) >= want
+}
