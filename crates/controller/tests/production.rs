@@ -184,7 +184,9 @@ async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResul
     }
     // Every documented metric is exposed by the leader.
     for (name, conditional) in documented_metrics() {
-        let registered = format!("# TYPE {name} ");
+        // A counter's family is named without `_total` on its TYPE line.
+        let family = name.strip_suffix("_total").unwrap_or(&name);
+        let registered = format!("# TYPE {family} ");
         assert!(
             lead_metrics
                 .lines()

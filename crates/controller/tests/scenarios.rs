@@ -88,6 +88,10 @@ scenarios! {
         deletion::deletion_waits_for_pinned_workflows_where_they_were_registered,
     deletion_waits_while_another_manager_routes_to_a_version =>
         deletion::deletion_waits_while_another_manager_routes_to_a_version,
+    deletion_acts_only_where_the_cluster_connection_allows =>
+        deletion::deletion_acts_only_where_the_cluster_connection_allows,
+    deletion_with_workers_is_not_skipped_for_a_lost_status =>
+        deletion::deletion_with_workers_is_not_skipped_for_a_lost_status,
     a_temporal_namespace_change_moves_the_target_and_keeps_older_versions =>
         unknown::a_temporal_namespace_change_moves_the_target_and_keeps_older_versions,
     seventh_rollout_unblocked_after_pollers_die_version_deleted =>

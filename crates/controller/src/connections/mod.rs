@@ -29,6 +29,27 @@ pub use index::{ConnKey, UsageIndex};
 pub struct Resolved {
     pub key: ConnKey,
     pub spec: ConnectionSpec,
+    /// Who may use it for what: a ClusterConnection's policy (a Connection allows everything
+    /// to the WorkerDeployments of its namespace).
+    pub sharing: Sharing,
+}
+
+impl Resolved {
+    /// Whether the controller may act in Temporal namespace `name` through this connection
+    /// for the WorkerDeployment it resolved for (the spec's namespace was judged in
+    /// [`resolve`]; versions left in other ones are judged here).
+    pub fn allows_temporal_namespace(&self, name: &str) -> bool {
+        self.sharing.allows_temporal_namespace(name)
+    }
+
+    /// Why the controller may not act in Temporal namespace `name`, said for people.
+    pub fn refusal_in(&self, name: &str) -> String {
+        format!(
+            "{} does not allow Temporal namespace {name:?} (spec.allowedTemporalNamespaces [{}])",
+            self.key,
+            self.sharing.allowed_temporal_namespaces.join(", ")
+        )
+    }
 }
 
 /// The caches connections are resolved from.
@@ -53,11 +74,14 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             "spec.workerOptions.connectionRef: set either name, or objectRef with kind Connection or ClusterConnection".into(),
         )
     })?;
-    let (spec, deleted_at) = match key.kind {
+    let (spec, sharing, deleted_at) = match key.kind {
         ConnectionKind::Connection => stores
             .connections
             .get(&ns, &key.name)
-            .map(|c| (c.spec.clone(), c.metadata.deletion_timestamp.clone()))
+            .map(|c| {
+                let deleted_at = c.metadata.deletion_timestamp.clone();
+                (c.spec.clone(), Sharing::default(), deleted_at)
+            })
             .ok_or_else(|| {
                 Error::ConnectionNotFound(format!(
                     "Connection {ns}/{} not found (connectionRef of WorkerDeployment {ns}/{})",
@@ -107,6 +131,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             }
             (
                 cc.spec.connection.clone(),
+                cc.spec.sharing.clone(),
                 cc.metadata.deletion_timestamp.clone(),
             )
         }
@@ -120,7 +145,7 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
             "{key} is being deleted and takes no new users (it stays only while the WorkerDeployments already using it need it); reference another connection"
         )));
     }
-    Ok(Resolved { key, spec })
+    Ok(Resolved { key, spec, sharing })
 }
 
 /// How `sharing` (a ClusterConnection's policy) judges `wd`, with its namespace's labels from

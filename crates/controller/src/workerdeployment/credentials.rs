@@ -4,12 +4,13 @@
 
 use std::time::SystemTime;
 
+use crate::connections::Resolved;
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams};
 use serde_json::json;
 use twc_api::labels::{CREDENTIALS_DIGEST, CREDENTIALS_NOT_AFTER, CREDENTIALS_RESTARTED_AT};
-use twc_api::{ConnectionSpec, WaitingRestart, WorkerDeployment};
+use twc_api::{WaitingRestart, WorkerDeployment};
 
 use super::Context;
 use crate::error::{Error, Result};
@@ -59,7 +60,7 @@ pub async fn write(
     wd: &WorkerDeployment,
     deployments: &Api<Deployment>,
     writes: &[CredentialsWrite],
-    conn: &ConnectionSpec,
+    conn: &Resolved,
     now: SystemTime,
 ) -> (Written, Result<()>) {
     let ns = wd.namespace().unwrap_or_default();
@@ -179,12 +180,16 @@ fn server_name_of(ctx: &Context, ns: &str, name: &str) -> Option<String> {
 async fn accepted_at(
     ctx: &Context,
     wd: &WorkerDeployment,
-    conn: &ConnectionSpec,
+    conn: &Resolved,
     write: &CredentialsWrite,
     server_name: Option<&str>,
 ) -> std::result::Result<(), String> {
     let place = &write.place;
-    let mut spec = conn.clone();
+    // Not even read where the connection does not let the controller act.
+    if !conn.allows_temporal_namespace(&place.namespace) {
+        return Err(conn.refusal_in(&place.namespace));
+    }
+    let mut spec = conn.spec.clone();
     spec.host_port = place.address.clone();
     match server_name {
         Some(n) => spec.tls.get_or_insert_with(Default::default).server_name = Some(n.into()),

@@ -9,7 +9,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, Preconditions};
 use serde_json::json;
-use twc_api::{ConnectionSpec, WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
+use twc_api::{WorkerDeployment, WorkflowExecution, WorkflowExecutionStatus};
 
 use super::Context;
 use super::observe::GateInput;
@@ -126,7 +126,7 @@ pub struct Inputs<'a> {
     /// The worker deployment in Temporal, written to as the controller.
     pub temporal: WorkerDeploymentRef<'a>,
     /// The connection the versioned Deployments are rendered for.
-    pub conn: &'a ConnectionSpec,
+    pub conn: &'a crate::connections::Resolved,
     pub plan: &'a Plan,
     pub observed: &'a Observed,
     /// What was read for the gate runs the plan starts: each gate's input, by step (None:
@@ -193,7 +193,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             }
             None => None,
         };
-        match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, conn)) {
+        match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, &conn.spec)) {
             Some(mut d) => {
                 // Its pods restart with the Secrets as they are now.
                 if let Some(digest) = &observed.secrets_digest {

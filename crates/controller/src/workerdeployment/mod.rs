@@ -355,15 +355,15 @@ async fn roll_out(
 
 /// While `wd` is being deleted: restarts the versions `kept` for their pinned workflows whose
 /// credential Secrets changed (see [`crate::plan::credentials::while_deleting`]), as read by
-/// the client of `key` for the connection `spec`, with an event for each.
+/// the client of `key` for the connection `resolved`, with an event for each.
 async fn restart_kept<'a>(
     ctx: &Context,
     wd: &WorkerDeployment,
     deployments: &kube::Api<k8s_openapi::api::apps::v1::Deployment>,
     kept: impl IntoIterator<Item = &'a crate::plan::ObservedDeployment>,
-    client: Option<(&crate::temporal::pool::PoolKey, &twc_api::ConnectionSpec)>,
+    client: Option<(&crate::temporal::pool::PoolKey, &connections::Resolved)>,
 ) -> Result<()> {
-    let Some((key, spec)) = client else {
+    let Some((key, resolved)) = client else {
         return Ok(());
     };
     let digest = ctx.pool.secrets_digest(key);
@@ -373,7 +373,8 @@ async fn restart_kept<'a>(
     };
     let restarts = plan::credentials::while_deleting(wd, kept, digest.as_deref(), &here);
     let now = SystemTime::now();
-    let (written, result) = credentials::write(ctx, wd, deployments, &restarts, spec, now).await;
+    let (written, result) =
+        credentials::write(ctx, wd, deployments, &restarts, resolved, now).await;
     for n in credentials::notes(wd, &written.recorded, &written.held) {
         ctx.event(wd, n.type_, n.reason, n.note).await;
     }
@@ -501,7 +502,7 @@ async fn pipeline(
         execute::Inputs {
             wd,
             temporal: temporal.target(wd, ctx.identity()),
-            conn: &resolved.spec,
+            conn: &resolved,
             plan: &plan,
             observed: &observed,
             gate_input,

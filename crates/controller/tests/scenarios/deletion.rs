@@ -5,10 +5,12 @@ use std::time::Duration;
 use kube::api::{Api, DeleteParams, Patch, PatchParams};
 use serde_json::json;
 use twc_api::VersionStatus::{Current, Ramping};
-use twc_api::conditions::{READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE};
-use twc_api::{Connection, SKIP_DRAINAGE_ANNOTATION};
+use twc_api::conditions::{
+    CLEANUP_BLOCKED, READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE,
+};
+use twc_api::{ClusterConnection, Connection, SKIP_DRAINAGE_ANNOTATION};
 
-use crate::common::{self, World};
+use crate::common::{self, World, from_json};
 use crate::harness::*;
 
 /// `deletion-sets-current-to-unversioned`: (st) v1.0 current and v2.0 ramping at 50%, set by
@@ -230,5 +232,153 @@ pub async fn deletion_waits_while_another_manager_routes_to_a_version(w: &'stati
     assert_eq!(
         s.describe().await.current_build_id.as_deref(),
         Some(v1.as_str())
+    );
+}
+
+/// Not a TWC subtest (#37): a version left in a Temporal namespace that its ClusterConnection
+/// no longer allows is not touched there by the deletion. Its workers stay, the deletion waits
+/// naming it and the rule, and `temporal.io/skip-drainage=true` lets it go with that Temporal
+/// namespace left as it is. Before: the cleanup routed that namespace back to unversioned and
+/// deleted its versions, through a connection that forbids it.
+pub async fn deletion_acts_only_where_the_cluster_connection_allows(w: &'static World) {
+    let mut s = Scenario::new(w, "deletion-allowed").await;
+    let old_ns = s.temporal_ns.clone();
+    let new_ns = w
+        .env
+        .temporal_namespace()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    // Named after the Kubernetes namespace: unique, as the scenarios share the cluster.
+    let cc_name = s.ns.clone();
+    let ccs: Api<ClusterConnection> = Api::all(s.client.clone());
+    let cc: ClusterConnection = from_json(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "ClusterConnection",
+        "metadata": {"name": cc_name},
+        "spec": {"hostPort": s.address, "allowedTemporalNamespaces": [old_ns, new_ns]},
+    }));
+    ccs.create(&Default::default(), &cc)
+        .await
+        .unwrap_or_else(|e| panic!("create ClusterConnection {cc_name}: {e}"));
+    let reference = json!({"objectRef": {
+        "apiGroup": "temporal.io", "kind": "ClusterConnection", "name": cc_name
+    }});
+    let mut spec = s.spec(all_at_once(), &image("v1"));
+    spec["workerOptions"]["connectionRef"] = reference.clone();
+    s.create(spec).await;
+    let v1 = s.target_build_id();
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+
+    // Moved, with a new build: v2 goes to the new namespace, v1 stays current in the old one.
+    let mut spec = s.spec(all_at_once(), &image("v2"));
+    spec["workerOptions"]["connectionRef"] = reference;
+    spec["workerOptions"]["temporalNamespace"] = json!(new_ns);
+    let merge = |body| Patch::Merge(body);
+    s.wds()
+        .patch(
+            &s.name,
+            &PatchParams::default(),
+            &merge(json!({"spec": spec})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.temporal_ns = new_ns.clone();
+    s.wait_temporal("v2 current in the new namespace", |t| {
+        t.current_build_id.as_ref().is_some_and(|c| *c != v1)
+    })
+    .await;
+    s.wait_replicas(&v1, 1).await;
+    // The platform team narrows the ClusterConnection to the new namespace.
+    let narrowed = json!({"spec": {"allowedTemporalNamespaces": [new_ns]}});
+    ccs.patch(&cc_name, &PatchParams::default(), &merge(narrowed))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    tokio::time::sleep(SETTLE).await;
+
+    common::delete_wd(&s.client, &s.ns, &s.name).await;
+    let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
+    assert!(
+        message.contains(&v1) && message.contains("does not allow Temporal namespace"),
+        "the condition names neither the version nor the rule: {message}"
+    );
+    tokio::time::sleep(SETTLE).await;
+    s.wait_replicas(&v1, 1).await;
+    s.temporal_ns = old_ns;
+    let untouched = |what| {
+        let s = &s;
+        let v1 = v1.clone();
+        async move {
+            let state = s.describe().await;
+            assert_eq!(
+                state.current_build_id.as_deref(),
+                Some(v1.as_str()),
+                "{what}: the deletion acted in a Temporal namespace the ClusterConnection does not allow: {state:?}"
+            );
+            assert!(state.versions.contains_key(&v1), "{what}: {state:?}");
+        }
+    };
+    untouched("while the deletion waits").await;
+
+    let skip = json!({"metadata": {"annotations": {SKIP_DRAINAGE_ANNOTATION: "true"}}});
+    s.wds()
+        .patch(&s.name, &PatchParams::default(), &merge(skip))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
+    s.wait_gone(&v1).await;
+    untouched("after the deletion").await;
+    let _ = ccs.delete(&cc_name, &DeleteParams::default()).await;
+}
+
+/// Not a TWC subtest (#37): a WorkerDeployment whose status says it never reached Temporal
+/// (lost, or never written) but which runs workers of its own is not let go without its
+/// cleanup when its connection fails: the deletion waits (`CleanupBlocked`), its workers stay,
+/// and once the connection works again the cleanup runs. Before: the "never connected"
+/// shortcut trusted the status alone, deleted the workers and left Temporal routing to them.
+pub async fn deletion_with_workers_is_not_skipped_for_a_lost_status(w: &'static World) {
+    let mut s = Scenario::new(w, "deletion-status-lost").await;
+    s.create(s.spec(all_at_once(), &image("v1"))).await;
+    s.connect().await;
+    let v1 = s.target_build_id();
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    let to = |name: &str| {
+        let mut spec = s.spec(all_at_once(), &image("v1"));
+        spec["workerOptions"]["connectionRef"] = json!({"name": name});
+        Patch::Merge(json!({"spec": spec}))
+    };
+    s.wds()
+        .patch(&s.name, &PatchParams::default(), &to("missing"))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    s.wait_condition(READY, "False", "ConnectionNotFound").await;
+    // The status is lost (restored from a backup without it, or cleared by hand).
+    let cleared = json!({"status": {"versionCount": null, "currentVersion": null}});
+    s.wds()
+        .patch_status(&s.name, &PatchParams::default(), &Patch::Merge(cleared))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+
+    common::delete_wd(&s.client, &s.ns, &s.name).await;
+    let message = s.wait_condition(READY, "False", CLEANUP_BLOCKED).await;
+    assert!(message.contains("missing"), "{message}");
+    tokio::time::sleep(SETTLE).await;
+    s.wait_replicas(&v1, 1).await;
+    assert_eq!(
+        s.describe().await.current_build_id.as_deref(),
+        Some(v1.as_str()),
+        "Temporal was changed without a connection"
+    );
+
+    s.wds()
+        .patch(&s.name, &PatchParams::default(), &to(CONNECTION))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
+    s.wait_gone(&v1).await;
+    let state = s.describe().await;
+    assert!(
+        !state.exists || state.current_build_id.is_none(),
+        "the cleanup did not run once the connection worked: {state:?}"
     );
 }

@@ -10,13 +10,14 @@ use kube::runtime::controller::Action;
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use twc_api::conditions::{
-    CLEANUP_BLOCKED, READY, ROUTED_BY_ANOTHER_MANAGER, WAITING_FOR_DRAINAGE,
-};
+use twc_api::conditions::{CLEANUP_BLOCKED, READY, ROUTED_BY_ANOTHER_MANAGER};
 use twc_api::{
-    ConnectionSpec, FINALIZER, SKIP_DRAINAGE_ANNOTATION, SKIP_TEMPORAL_CLEANUP_ANNOTATION,
-    VersionStatus, WorkerDeployment,
+    FINALIZER, SKIP_DRAINAGE_ANNOTATION, SKIP_TEMPORAL_CLEANUP_ANNOTATION, WorkerDeployment,
 };
+
+mod keeping;
+
+use keeping::{Keeping, Kept};
 
 use super::{Context, STALE_RETRY};
 use crate::conditions::set_condition;
@@ -42,12 +43,24 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
     let identity = ctx.identity().to_string();
 
-    // A WorkerDeployment that never read its state from Temporal has nothing there to clean
-    // up; its deletion must not wait for a connection that never worked.
-    let never_connected = wd
-        .status
-        .as_ref()
-        .is_none_or(|s| s.version_count.is_none() && s.current_version.is_none());
+    // Every versioned Deployment, with the place its workers poll: the Temporal namespace it
+    // was rendered for, through the connection it was rendered for.
+    let owned: Vec<ObservedDeployment> = ctx
+        .deployments
+        .in_namespace(&ns)
+        .iter()
+        .filter(|d| plan::deployment::is_owned_by(d.as_ref(), wd))
+        .map(|d| d.view.clone())
+        .collect();
+    // A WorkerDeployment that never read its state from Temporal and never ran a worker has
+    // nothing there to clean up; its deletion must not wait for a connection that never
+    // worked. (A status can be lost or written by someone else: workers of its own, which
+    // may have registered versions, say otherwise.)
+    let never_connected = owned.is_empty()
+        && wd
+            .status
+            .as_ref()
+            .is_none_or(|s| s.version_count.is_none() && s.current_version.is_none());
     // Temporal cannot be reached (no connection, not allowed, an unusable Secret, the server
     // down): the deletion waits (`CleanupBlocked`), unless there is nothing there to clean up
     // or a person chose to leave Temporal as it is. Never skipped by accident.
@@ -114,15 +127,6 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         .annotations()
         .get(SKIP_DRAINAGE_ANNOTATION)
         .is_some_and(|v| v == "true");
-    // Every versioned Deployment, with the place its workers poll: the Temporal namespace it
-    // was rendered for, through the connection it was rendered for.
-    let owned: Vec<ObservedDeployment> = ctx
-        .deployments
-        .in_namespace(&ns)
-        .iter()
-        .filter(|d| plan::deployment::is_owned_by(d.as_ref(), wd))
-        .map(|d| d.view.clone())
-        .collect();
     let place_of = |d: &ObservedDeployment| {
         d.temporal_namespace
             .clone()
@@ -133,17 +137,27 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     let mut keep = Keeping::default();
     // The places cleaned up in Temporal once the workers are gone.
     let mut cleaned: Vec<(String, DeploymentState)> = Vec::new();
-    if let Some((conn, key, spec)) = &client {
+    if let Some((conn, key, resolved)) = &client {
         ctx.reads
             .take(key, crate::temporal::reads::Priority::Moving)
             .await;
-        let hash = plan::deployment::connection_hash(spec);
+        let hash = plan::deployment::connection_hash(&resolved.spec);
         let same_connection =
             |d: &ObservedDeployment| d.connection_hash.as_deref().is_none_or(|h| h == hash);
         // The spec's namespace, and every other one a version of this connection polls (left
-        // there by a `temporalNamespace` change, with its pinned workflows).
+        // there by a `temporalNamespace` change, with its pinned workflows), where the
+        // connection still allows the controller to act: what a version left in another one
+        // serves cannot be read, so it is kept.
         let mut places = BTreeSet::from([temporal_ns.clone()]);
-        places.extend(owned.iter().filter(|d| same_connection(d)).map(place_of));
+        for d in owned.iter().filter(|d| same_connection(d)) {
+            let place = place_of(d);
+            if resolved.allows_temporal_namespace(&place) {
+                places.insert(place);
+            } else if !skip_drainage {
+                let why = format!("{}; its workers poll there", resolved.refusal_in(&place));
+                keep.unknown.push((d.build_id.clone(), why));
+            }
+        }
         for place in places {
             let target = WorkerDeploymentRef {
                 conn,
@@ -275,13 +289,13 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
 }
 
 /// A Temporal client for `wd`'s cleanup through the connection it references now, with that
-/// connection's spec.
+/// connection.
 async fn connect(
     wd: &WorkerDeployment,
     ctx: &Context,
     ns: &str,
     temporal_ns: &str,
-) -> Result<(TemporalConnection, PoolKey, ConnectionSpec)> {
+) -> Result<(TemporalConnection, PoolKey, connections::Resolved)> {
     crate::chaos_break::refuse("skip-cleanup")?;
     let resolved = connections::resolve(wd, &ctx.stores)?;
     let (conn, key) = connections::temporal_client(
@@ -293,7 +307,7 @@ async fn connect(
         temporal_ns,
     )
     .await?;
-    Ok((conn, key, resolved.spec))
+    Ok((conn, key, resolved))
 }
 
 /// What the routing of one place (a Temporal namespace) says for a deletion.
@@ -381,157 +395,6 @@ async fn clean_routing(
             .map_err(|s| failed(Rpc::DescribeWorkerDeploymentVersion, s))?;
     }
     Ok(Routed::Kept(keep, Some(Box::new(state))))
-}
-
-/// What a deletion keeps, place by place, and the versions it cannot account for.
-#[derive(Debug, Default)]
-struct Keeping {
-    /// (Temporal namespace, what it needs there).
-    places: Vec<(String, Kept)>,
-    /// (build ID, why) of versions whose needs cannot be read.
-    unknown: Vec<(String, String)>,
-}
-
-impl Keeping {
-    fn is_empty(&self) -> bool {
-        self.unknown.is_empty() && self.places.iter().all(|(_, k)| k.is_empty())
-    }
-
-    /// Whether the workers of `build`, polling in Temporal namespace `place`, stay.
-    fn contains(&self, place: &str, build: &str) -> bool {
-        self.unknown.iter().any(|(b, _)| b == build)
-            || self
-                .places
-                .iter()
-                .any(|(p, k)| p == place && k.contains(build))
-    }
-
-    /// `(reason, message)` for the Ready condition and the event: each place's, the spec's
-    /// own namespace first, others named.
-    fn explain(&self, deployment_name: &str, spec_ns: &str) -> (&'static str, String) {
-        let mut reason = WAITING_FOR_DRAINAGE;
-        let mut parts = Vec::new();
-        let mut places: Vec<&(String, Kept)> =
-            self.places.iter().filter(|(_, k)| !k.is_empty()).collect();
-        places.sort_by_key(|(p, _)| p != spec_ns);
-        for (place, kept) in places {
-            let (why, message) = kept.explain(deployment_name);
-            if why == ROUTED_BY_ANOTHER_MANAGER {
-                reason = why;
-            }
-            parts.push(if place == spec_ns {
-                message
-            } else {
-                format!("in Temporal namespace {place} (where they were registered): {message}")
-            });
-        }
-        if !self.unknown.is_empty() {
-            let named: Vec<String> = self
-                .unknown
-                .iter()
-                .map(|(b, why)| format!("{b} ({why})"))
-                .collect();
-            parts.push(format!(
-                "deletion keeps the workers of versions it cannot account for: {}; delete their Deployments once Temporal reports them drained where they poll, or annotate the WorkerDeployment {SKIP_DRAINAGE_ANNOTATION}=true to delete them now",
-                named.join(", ")
-            ));
-        }
-        (reason, parts.join("; "))
-    }
-}
-
-/// The versions a deletion keeps the workers of, by why.
-#[derive(Debug, Default)]
-struct Kept {
-    /// Routing is another manager's (it routes to `routed`).
-    manager: Option<String>,
-    /// Versions new work is routed to, with "current" or "ramping".
-    routed: Vec<(String, &'static str)>,
-    /// Versions with open pinned workflows.
-    draining: Vec<String>,
-}
-
-impl Kept {
-    /// What `state` still needs: Draining versions, and (`routed`) the versions new work goes
-    /// to.
-    fn of(state: &DeploymentState, routed: bool) -> Self {
-        let mut kept = Kept::default();
-        if routed {
-            kept.routed
-                .extend(state.current_build_id.clone().map(|b| (b, "current")));
-            kept.routed
-                .extend(state.ramping_build_id.clone().map(|b| (b, "ramping")));
-        }
-        kept.draining = state
-            .versions
-            .iter()
-            .filter(|(b, v)| {
-                v.status == VersionStatus::Draining && !kept.routed.iter().any(|(r, _)| r == *b)
-            })
-            .map(|(b, _)| b.clone())
-            .collect();
-        kept
-    }
-
-    /// Drops the Draining versions that say themselves they are drained: the worker
-    /// deployment's summary can lag a version's own drainage status.
-    async fn confirm_draining(&mut self, target: &WorkerDeploymentRef<'_>) -> Result<(), Status> {
-        let mut still = Vec::new();
-        for build in std::mem::take(&mut self.draining) {
-            if !target.drained(&build).await? {
-                still.push(build);
-            }
-        }
-        self.draining = still;
-        Ok(())
-    }
-
-    fn is_empty(&self) -> bool {
-        self.routed.is_empty() && self.draining.is_empty()
-    }
-
-    /// Keeps only the versions `has` says have workers to keep.
-    fn retain(&mut self, has: impl Fn(&str) -> bool) {
-        self.routed.retain(|(b, _)| has(b));
-        self.draining.retain(|b| has(b));
-    }
-
-    fn contains(&self, build: &str) -> bool {
-        self.routed.iter().any(|(b, _)| b == build) || self.draining.iter().any(|b| b == build)
-    }
-
-    /// `(reason, message)` for the Ready condition and the event.
-    fn explain(&self, deployment_name: &str) -> (&'static str, String) {
-        let escape = format!(
-            "or annotate the WorkerDeployment {SKIP_DRAINAGE_ANNOTATION}=true to delete them now (their workflows lose their workers)"
-        );
-        let draining = (!self.draining.is_empty())
-            .then(|| format!("{} still run pinned workflows", self.draining.join(", ")));
-        match &self.manager {
-            Some(manager) if !self.routed.is_empty() => {
-                let routed: Vec<String> = self
-                    .routed
-                    .iter()
-                    .map(|(b, how)| format!("{b} ({how})"))
-                    .collect();
-                (
-                    ROUTED_BY_ANOTHER_MANAGER,
-                    format!(
-                        "deletion waits: {manager:?} manages the routing of {deployment_name} and still sends new work to {}{}; route it elsewhere (or unset the manager) and the deletion goes on, {escape}",
-                        routed.join(", "),
-                        draining.map(|d| format!("; {d}")).unwrap_or_default()
-                    ),
-                )
-            }
-            _ => (
-                WAITING_FOR_DRAINAGE,
-                format!(
-                    "deletion waits until no pinned workflow runs on the versions that keep their workers: {}; it goes on once Temporal reports them drained, {escape}",
-                    draining.unwrap_or_default()
-                ),
-            ),
-        }
-    }
 }
 
 /// Says why the deletion waits: `Ready=False` with the reason, and an event when that changes.
