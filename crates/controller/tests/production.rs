@@ -182,15 +182,12 @@ async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResul
         let (code, body) = r.get("/readyz").await?;
         assert_eq!(code, 200, "{}: {body}", r.name);
     }
-    // Every documented metric is exposed by the leader.
+    // Every documented metric is exposed by the leader, but those only present once something
+    // happened (a family without samples is not exposed; metrics.rs's unit test checks that
+    // every documented family is registered).
     for (name, conditional) in documented_metrics() {
-        // A counter's family is named without `_total` on its TYPE line.
-        let family = name.strip_suffix("_total").unwrap_or(&name);
-        let registered = format!("# TYPE {family} ");
         assert!(
-            lead_metrics
-                .lines()
-                .any(|l| l.starts_with(&name) || (conditional && l.starts_with(&registered))),
+            conditional || lead_metrics.lines().any(|l| l.starts_with(&name)),
             "{name} is documented but not exposed:\n{lead_metrics}"
         );
     }
