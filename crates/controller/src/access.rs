@@ -15,13 +15,26 @@ use k8s_openapi::api::authorization::v1::{
 use kube::api::{Api, PostParams};
 use kube::runtime::watcher;
 
-/// The verbs the controller needs on `resource`: it reads Secrets, and writes everything
-/// else it watches.
-fn verbs(resource: &str) -> [&'static str; 3] {
-    match resource {
-        "secrets" => ["get", "list", "watch"],
-        _ => ["list", "watch", "patch"],
-    }
+/// The verbs the controller's generated RBAC grants on `group`/`resource` (every mode's rules
+/// together): a re-check asks for exactly these, so a resource it only reads (Secrets,
+/// Namespaces) is found back once it may read it again.
+fn verbs(group: &str, resource: &str) -> Vec<String> {
+    let mut verbs: Vec<String> = crate::rbac::namespaced_rules()
+        .into_iter()
+        .chain(crate::rbac::cluster_scoped_rules())
+        .filter(|r| {
+            r.api_groups
+                .as_ref()
+                .is_some_and(|g| g.iter().any(|g| g == group))
+                && r.resources
+                    .as_ref()
+                    .is_some_and(|rs| rs.iter().any(|r| r == resource))
+        })
+        .flat_map(|r| r.verbs)
+        .collect();
+    verbs.sort();
+    verbs.dedup();
+    verbs
 }
 
 /// A resource, in a namespace or (`None`) across all of them.
@@ -127,8 +140,8 @@ impl Access {
             .unwrap_or_default();
         for ((resource, namespace), group) in lost {
             let mut allowed = true;
-            for verb in verbs(resource) {
-                allowed &= may(client, group, resource, None, namespace.as_deref(), verb)
+            for verb in verbs(group, resource) {
+                allowed &= may(client, group, resource, None, namespace.as_deref(), &verb)
                     .await
                     .unwrap_or(false);
             }
@@ -284,5 +297,30 @@ mod tests {
             &Ok(watcher::Event::Init),
         );
         assert!(access.lost("clusterconnections").is_some());
+    }
+
+    /// What a re-check asks for is what the generated RBAC grants: before, it asked for
+    /// `patch` on Namespaces, which no mode grants, so a Namespace watch once forbidden was
+    /// never found back.
+    #[test]
+    fn a_recheck_asks_for_what_the_rbac_grants() {
+        assert_eq!(verbs("", "namespaces"), ["get", "list", "watch"]);
+        assert_eq!(verbs("", "secrets"), ["get", "list", "watch"]);
+        assert_eq!(
+            verbs("apps", "deployments"),
+            ["create", "delete", "list", "patch", "watch"]
+        );
+        for resource in [
+            "workerdeployments",
+            "connections",
+            "clusterconnections",
+            "workerresourcetemplates",
+        ] {
+            assert_eq!(
+                verbs(twc_api::GROUP, resource),
+                ["list", "patch", "watch"],
+                "{resource}"
+            );
+        }
     }
 }

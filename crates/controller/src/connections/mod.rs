@@ -156,6 +156,13 @@ pub fn admission(wd: &WorkerDeployment, sharing: &Sharing, stores: &ConnectionSt
     if !sharing.uses_labels() {
         return sharing.judge(&ns, None, temporal_ns);
     }
+    // Allowed at start, forbidden since: the cache holds labels as they were, so a namespace
+    // relabelled out of the selector would keep being admitted. Not known, and held.
+    if let Some(message) = stores.access.lost("namespaces") {
+        return Verdict::Unknown(format!(
+            "the controller lost its permission to watch Namespaces ({message}), so the labels of namespace {ns} are not known (spec.allowedNamespaces uses a selector); re-apply its RBAC (the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster)"
+        ));
+    }
     match &stores.namespaces {
         Some(namespaces) => {
             let labels = namespaces
@@ -249,4 +256,65 @@ pub async fn temporal_client(
         .await
         .map_err(Error::TemporalDial)?;
     Ok((conn, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kube::runtime::{reflector, watcher};
+    use serde_json::json;
+
+    fn namespace(name: &str, team: &str) -> PartialObjectMeta<Namespace> {
+        serde_json::from_value(json!({
+            "apiVersion": "v1", "kind": "Namespace",
+            "metadata": {"name": name, "labels": {"team": team}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// The labels of the namespaces cache are trusted only while the controller may watch
+    /// Namespaces: after a Forbidden the cache keeps labels that may have changed since.
+    #[test]
+    fn a_lost_namespace_watch_makes_the_selector_not_known() {
+        let (namespaces, mut writer) = reflector::store();
+        writer.apply_watcher_event(&watcher::Event::Apply(namespace("tenant", "a")));
+        let stores = ConnectionStores {
+            connections: Scoped::new(vec![]),
+            cluster_connections: None,
+            namespaces: Some(namespaces),
+            access: crate::access::Access::default(),
+        };
+        let sharing: Sharing = serde_json::from_value(json!({
+            "allowedNamespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": "w", "namespace": "tenant"},
+            "spec": {
+                "workerOptions": {"connectionRef": {"name": "c"}, "temporalNamespace": "default"},
+                "rollout": {"strategy": "AllAtOnce"},
+                "template": {"spec": {"containers": []}}
+            }
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(admission(&wd, &sharing, &stores), Verdict::Allowed);
+
+        stores.access.forbidden(
+            "",
+            "namespaces",
+            None,
+            "namespaces is forbidden: User \"system:serviceaccount:s:c\" cannot watch resource \"namespaces\"".into(),
+        );
+        match admission(&wd, &sharing, &stores) {
+            Verdict::Unknown(why) => {
+                assert!(
+                    why.contains("lost its permission to watch Namespaces"),
+                    "{why}"
+                );
+                assert!(why.contains("namespace tenant"), "{why}");
+            }
+            other => panic!("{other:?}"),
+        }
+    }
 }
