@@ -44,7 +44,10 @@ const NAMESPACES_WAIT: Duration = Duration::from_secs(1);
 
 impl Judge {
     /// `users` split by `sharing`: those allowed (or not judged yet: they keep the finalizer
-    /// until known), and those refused.
+    /// until known, counted as not reaching), and those refused. `None` while a user is not
+    /// known well enough to judge: the Namespace cache before its first list, or a user the
+    /// index has seen and the WorkerDeployment cache not yet (the index sees every event
+    /// first; judged as allowed, a refused one would hold the finalizer for a moment).
     async fn split(&self, sharing: &twc_api::Sharing, users: Vec<(WdKey, Reach)>) -> Option<Split> {
         if sharing == &twc_api::Sharing::default() {
             return Some((users, Vec::new()));
@@ -57,15 +60,25 @@ impl Judge {
         {
             return None;
         }
+        self.judge(sharing, users)
+    }
+
+    /// [`Judge::split`] once the caches are there.
+    fn judge(&self, sharing: &twc_api::Sharing, users: Vec<(WdKey, Reach)>) -> Option<Split> {
         let (mut allowed, mut refused) = (Vec::new(), Vec::new());
         for (key, reach) in users {
-            let verdict = self
-                .worker_deployments
-                .get(&key.0, &key.1)
-                .map(|wd| super::admission(&wd.worker_deployment(), sharing, &self.stores));
-            match verdict {
-                Some(Verdict::Refused(_)) => refused.push(key),
-                _ => allowed.push((key, reach)),
+            let wd = self.worker_deployments.get(&key.0, &key.1)?;
+            match super::admission(&wd.worker_deployment(), sharing, &self.stores) {
+                Verdict::Allowed => allowed.push((key, reach)),
+                Verdict::Refused(_) => refused.push(key),
+                // Held, and not reaching: its own reconcile says the same (ConnectionNotAllowed).
+                Verdict::Unknown(why) => allowed.push((
+                    key,
+                    Reach::Failed {
+                        reason: twc_api::conditions::CONNECTION_NOT_ALLOWED.into(),
+                        message: why,
+                    },
+                )),
             }
         }
         Some((allowed, refused))
@@ -209,5 +222,105 @@ mod tests {
         assert_eq!(desired_finalizers(&other, 2, false), Some(both));
         // No finalizer can be added to an object already being deleted.
         assert_eq!(desired_finalizers(&none, 1, true), None);
+    }
+
+    fn from_json<T: serde::de::DeserializeOwned>(v: serde_json::Value) -> T {
+        serde_json::from_value(v).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Users in namespaces labelled `team: a` (allowed) and `team: b` (refused); the
+    /// WorkerDeployment cache has `cached` of them.
+    fn judge(cached: &[&str]) -> Judge {
+        use kube::runtime::{reflector, watcher};
+        let (namespaces, mut ns_writer) = reflector::store();
+        for (ns, team) in [("a", "a"), ("b", "b")] {
+            ns_writer.apply_watcher_event(&watcher::Event::Apply(from_json(serde_json::json!({
+                "apiVersion": "v1", "kind": "Namespace",
+                "metadata": {"name": ns, "labels": {"team": team}}
+            }))));
+        }
+        let (wds, mut wd_writer) = reflector::store();
+        for ns in cached {
+            let wd: twc_api::WorkerDeployment = from_json(serde_json::json!({
+                "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+                "metadata": {"name": "w", "namespace": ns},
+                "spec": {
+                    "workerOptions": {"connectionRef": {"objectRef": {"kind": "ClusterConnection", "name": "shared"}}, "temporalNamespace": "default"},
+                    "rollout": {"strategy": "AllAtOnce"},
+                    "template": {"spec": {"containers": []}}
+                }
+            }));
+            wd_writer.apply_watcher_event(&watcher::Event::Apply(
+                crate::cached::CachedWorkerDeployment::new(wd),
+            ));
+        }
+        Judge {
+            stores: super::super::ConnectionStores {
+                connections: crate::scoped::Scoped::new(vec![]),
+                cluster_connections: None,
+                namespaces: Some(namespaces),
+                access: crate::access::Access::default(),
+            },
+            worker_deployments: crate::scoped::Scoped::new(vec![(None, wds)]),
+        }
+    }
+
+    fn team_a() -> twc_api::Sharing {
+        from_json(serde_json::json!({
+            "allowedNamespaces": {"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}
+        }))
+    }
+
+    fn users() -> Vec<(WdKey, Reach)> {
+        ["a", "b"]
+            .map(|ns| ((ns.to_string(), "w".to_string()), Reach::Reached))
+            .into()
+    }
+
+    #[test]
+    fn a_user_not_cached_yet_is_not_judged() {
+        // Before: judged allowed, so a refused one held the finalizer until its cache event.
+        assert_eq!(judge(&["a"]).judge(&team_a(), users()), None);
+        let (allowed, refused) = judge(&["a", "b"])
+            .judge(&team_a(), users())
+            .unwrap_or_default();
+        assert_eq!(allowed, [(("a".into(), "w".into()), Reach::Reached)]);
+        assert_eq!(refused, [("b".to_string(), "w".to_string())]);
+    }
+
+    #[test]
+    fn users_not_known_hold_it_and_do_not_make_it_ready() {
+        let judge = judge(&["a", "b"]);
+        judge
+            .stores
+            .access
+            .forbidden("", "namespaces", None, "namespaces is forbidden".into());
+        let (allowed, refused) = judge.judge(&team_a(), users()).unwrap_or_default();
+        assert!(refused.is_empty());
+        assert_eq!(allowed.len(), 2);
+        assert_eq!(
+            desired_finalizers(&[], allowed.len(), false),
+            Some(vec![FINALIZER.to_string()])
+        );
+        // Before: "2 of 2 WorkerDeployments reach Temporal through it", Ready=True.
+        let status = status::desired(None, &allowed, Some(1), SystemTime::UNIX_EPOCH);
+        let ready = status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == "Ready")
+            .unwrap_or_else(|| panic!("no Ready in {status:?}"));
+        assert_eq!(
+            (ready.status.as_str(), ready.reason.as_str()),
+            ("False", "ConnectionNotAllowed"),
+            "{}",
+            ready.message
+        );
+        assert!(
+            ready
+                .message
+                .starts_with("none of its 2 WorkerDeployments reaches Temporal"),
+            "{}",
+            ready.message
+        );
     }
 }

@@ -162,6 +162,7 @@ const CONNECTION_FAILURES: &[&str] = &[
     conditions::AUTH_SECRET_INVALID,
     conditions::TEMPORAL_CLIENT_CREATION_FAILED,
     conditions::TEMPORAL_STATE_FETCH_FAILED,
+    conditions::CONNECTION_NOT_ALLOWED,
 ];
 
 impl Reach {
