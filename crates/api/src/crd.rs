@@ -280,6 +280,11 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
         "selector may only be set when from is Selector",
     ),
     (
+        "clusterconnections",
+        "!has(self.selector) || !has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? has(e.values) && size(e.values) > 0 : e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0))",
+        "selector.matchExpressions: In and NotIn need at least one value, Exists and DoesNotExist take none (no other operator)",
+    ),
+    (
         "workerresourcetemplates",
         "has(self.workerDeploymentRef) || has(self.temporalWorkerDeploymentRef)",
         "workerDeploymentRef is required",

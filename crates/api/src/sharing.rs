@@ -37,7 +37,16 @@ pub struct Sharing {
     validation = Rule::new("self.from != 'Selector' || has(self.selector)")
         .message("selector is required when from is Selector"),
     validation = Rule::new("self.from == 'Selector' || !has(self.selector)")
-        .message("selector may only be set when from is Selector")
+        .message("selector may only be set when from is Selector"),
+    // What the apiserver demands of a label selector in built-in kinds (an embedded
+    // LabelSelector is not checked in a CRD): with values `In: []` matches nothing and
+    // `NotIn: []` everything, which is never what was meant.
+    validation = Rule::new(
+        "!has(self.selector) || !has(self.selector.matchExpressions) || self.selector.matchExpressions.all(e, e.operator in ['In', 'NotIn'] ? has(e.values) && size(e.values) > 0 : e.operator in ['Exists', 'DoesNotExist'] && (!has(e.values) || size(e.values) == 0))"
+    )
+    .message(
+        "selector.matchExpressions: In and NotIn need at least one value, Exists and DoesNotExist take none (no other operator)"
+    )
 )]
 #[serde(rename_all = "camelCase")]
 pub struct AllowedNamespaces {

@@ -332,13 +332,52 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
         "selector may only be set when from is Selector",
     )
     .await;
+    // A selector the controller could not evaluate is refused when written (an embedded
+    // LabelSelector is not checked by the apiserver otherwise): `NotIn: []` would allow every
+    // namespace at admission and none at the controller.
+    for (what, expression) in [
+        (
+            "NotIn without values",
+            json!({"key": "team", "operator": "NotIn", "values": []}),
+        ),
+        (
+            "In without values",
+            json!({"key": "team", "operator": "In"}),
+        ),
+        (
+            "Exists with values",
+            json!({"key": "team", "operator": "Exists", "values": ["a"]}),
+        ),
+        (
+            "an unknown operator",
+            json!({"key": "team", "operator": "Equals", "values": ["a"]}),
+        ),
+    ] {
+        assert_rejected(
+            &ccs,
+            &format!("ClusterConnection with a selector of {what}"),
+            set(
+                minimal_connection("ClusterConnection", &cc),
+                "spec/allowedNamespaces",
+                json!({"from": "Selector", "selector": {"matchExpressions": [expression]}}),
+            ),
+            "selector.matchExpressions: In and NotIn need at least one value",
+        )
+        .await;
+    }
     let shared = create(
         &ccs,
         set(
             set(
                 minimal_connection("ClusterConnection", &cc),
                 "spec/allowedNamespaces",
-                json!({"from": "Selector", "selector": {"matchLabels": {"team": "a"}}}),
+                json!({"from": "Selector", "selector": {
+                    "matchLabels": {"team": "a"},
+                    "matchExpressions": [
+                        {"key": "tier", "operator": "NotIn", "values": ["prod"]},
+                        {"key": "frozen", "operator": "DoesNotExist"}
+                    ]
+                }}),
             ),
             "spec/allowedTemporalNamespaces",
             json!(["payments", "team-a-*"]),
