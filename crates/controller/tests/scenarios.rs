@@ -92,6 +92,8 @@ scenarios! {
         deletion::deletion_acts_only_where_the_cluster_connection_allows,
     deletion_with_workers_is_not_skipped_for_a_lost_status =>
         deletion::deletion_with_workers_is_not_skipped_for_a_lost_status,
+    a_version_demoted_from_ramping_is_never_inactive =>
+        unknown::a_version_demoted_from_ramping_is_never_inactive,
     a_temporal_namespace_change_moves_the_target_and_keeps_older_versions =>
         unknown::a_temporal_namespace_change_moves_the_target_and_keeps_older_versions,
     seventh_rollout_unblocked_after_pollers_die_version_deleted =>

@@ -15,6 +15,7 @@ use std::time::{Duration, SystemTime};
 
 use temporalio_client::{Connection, tonic};
 use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion as PbVersion;
+use temporalio_common::protos::temporal::api::deployment::v1::worker_deployment_info::WorkerDeploymentVersionSummary;
 use temporalio_common::protos::temporal::api::enums::v1::{
     VersionDrainageStatus, WorkerDeploymentVersionStatus,
 };
@@ -131,29 +132,7 @@ pub async fn describe(
         let Some(build_id) = v.deployment_version.as_ref().map(|d| d.build_id.clone()) else {
             continue;
         };
-        let drainage = v
-            .drainage_info
-            .as_ref()
-            .map(|d| d.status())
-            .unwrap_or(VersionDrainageStatus::Unspecified);
-        let status = if current.as_deref() == Some(build_id.as_str()) {
-            VersionStatus::Current
-        } else if ramping.as_deref() == Some(build_id.as_str()) {
-            VersionStatus::Ramping
-        } else {
-            match (v.status(), drainage) {
-                (WorkerDeploymentVersionStatus::Drained, _)
-                | (_, VersionDrainageStatus::Drained) => VersionStatus::Drained,
-                (WorkerDeploymentVersionStatus::Draining, _)
-                | (_, VersionDrainageStatus::Draining) => VersionStatus::Draining,
-                // Demoted moments ago, drainage not computed yet: it may have pinned workflows,
-                // so treat it as Draining, never as an idle Inactive version (TWC #573).
-                _ if v.last_current_time.is_some() || v.ramping_since_time.is_some() => {
-                    VersionStatus::Draining
-                }
-                _ => VersionStatus::Inactive,
-            }
-        };
+        let status = version_status(v, current.as_deref(), ramping.as_deref(), &build_id);
         versions.insert(
             build_id,
             VersionInfo {
@@ -182,6 +161,92 @@ pub async fn describe(
             current_changed_at: time(&routing.current_version_changed_time),
         },
     })
+}
+
+/// Where one version stands, from the routing config (current, ramping) and its summary.
+fn version_status(
+    v: &WorkerDeploymentVersionSummary,
+    current: Option<&str>,
+    ramping: Option<&str>,
+    build_id: &str,
+) -> VersionStatus {
+    if current == Some(build_id) {
+        return VersionStatus::Current;
+    }
+    if ramping == Some(build_id) {
+        return VersionStatus::Ramping;
+    }
+    let drainage = v
+        .drainage_info
+        .as_ref()
+        .map(|d| d.status())
+        .unwrap_or(VersionDrainageStatus::Unspecified);
+    match (v.status(), drainage) {
+        (WorkerDeploymentVersionStatus::Drained, _) | (_, VersionDrainageStatus::Drained) => {
+            VersionStatus::Drained
+        }
+        (WorkerDeploymentVersionStatus::Draining, _) | (_, VersionDrainageStatus::Draining) => {
+            VersionStatus::Draining
+        }
+        // Demoted moments ago (from current or from a ramp), drainage not computed yet: it may
+        // have pinned workflows, so treat it as Draining, never as an idle Inactive version
+        // (TWC #573). The summary's `ramping_since_time` is empty once the ramp ended, so the
+        // sign of "was routed to" is the deactivation time (1.5.1 and 1.9.1 both set it).
+        _ if v.last_current_time.is_some() || v.last_deactivation_time.is_some() => {
+            VersionStatus::Draining
+        }
+        _ => VersionStatus::Inactive,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use temporalio_common::protos::temporal::api::deployment::v1::VersionDrainageInfo;
+
+    fn summary() -> WorkerDeploymentVersionSummary {
+        WorkerDeploymentVersionSummary::default()
+    }
+
+    #[test]
+    fn a_version_demoted_from_a_ramp_before_drainage_is_computed_is_draining() {
+        let mut v = summary();
+        v.last_deactivation_time = Some(Default::default());
+        assert_eq!(
+            version_status(&v, Some("a"), None, "b"),
+            VersionStatus::Draining
+        );
+    }
+
+    #[test]
+    fn a_version_demoted_from_current_before_drainage_is_computed_is_draining() {
+        let mut v = summary();
+        v.last_current_time = Some(Default::default());
+        assert_eq!(version_status(&v, None, None, "b"), VersionStatus::Draining);
+    }
+
+    #[test]
+    fn a_version_never_routed_to_is_inactive_and_routing_wins_over_the_summary() {
+        let v = summary();
+        assert_eq!(version_status(&v, None, None, "b"), VersionStatus::Inactive);
+        let mut drained = summary();
+        drained.drainage_info = Some(VersionDrainageInfo {
+            status: VersionDrainageStatus::Drained as i32,
+            ..Default::default()
+        });
+        assert_eq!(
+            version_status(&drained, None, None, "b"),
+            VersionStatus::Drained
+        );
+        assert_eq!(
+            version_status(&drained, Some("b"), None, "b"),
+            VersionStatus::Current
+        );
+        assert_eq!(
+            version_status(&drained, None, Some("b"), "b"),
+            VersionStatus::Ramping
+        );
+    }
 }
 
 /// One worker deployment in one Temporal namespace, written to as `identity`.

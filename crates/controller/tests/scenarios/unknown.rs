@@ -4,7 +4,7 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use twc_api::VersionStatus::{Current, NotRegistered};
+use twc_api::VersionStatus::{Current, Draining, NotRegistered};
 use twc_api::conditions::{VERSIONS_KEPT, VERSIONS_KNOWN};
 
 use twc_controller::plan::build_id;
@@ -180,5 +180,46 @@ pub async fn a_template_whose_build_id_is_taken_gets_its_own(w: &'static World) 
         env.iter()
             .any(|e| e.name == "FLAVOUR" && e.value.as_deref() == Some(b.as_str())),
         "{env:?}"
+    );
+}
+
+/// A version that ramped (never current) and stops ramping while a workflow pinned to it
+/// runs: every read from the moment it is demoted says Draining, never Inactive (an Inactive
+/// version with nothing routed to it is one the controller may scale down and delete).
+pub async fn a_version_demoted_from_ramping_is_never_inactive(w: &'static World) {
+    let mut s = Scenario::new(w, "demoted-ramp").await;
+    s.create(s.spec(manual(), &image("v1.0"))).await;
+    let v1 = s.existing_version(&image("v1.0"), 1).await;
+    let v2 = s.existing_version(&image("v2.0"), 1).await;
+    s.wait_registered(&[&v1, &v2]).await;
+    s.set_current(&v1).await;
+    s.set_ramping(&v2, 50.0).await;
+    twc_testenv::temporal::start_workflow_pinned(
+        &s.temporal,
+        &s.temporal_ns,
+        &s.name,
+        "Sleep",
+        "pinned-on-ramp",
+        Some("60"),
+        Some((&s.deployment_name, &v2)),
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    // Its first workflow task runs on v2.
+    tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+    s.set_ramping("", 0.0).await;
+    let mut seen = Vec::new();
+    for _ in 0..20 {
+        let state =
+            twc_controller::temporal::describe(&s.temporal, &s.temporal_ns, &s.deployment_name)
+                .await;
+        if let Ok(state) = state {
+            seen.push(state.versions.get(&v2).map(|v| v.status));
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+    }
+    assert!(
+        !seen.is_empty() && seen.iter().all(|s| *s == Some(Draining)),
+        "v2 after its ramp ended, read by read: {seen:?}"
     );
 }
