@@ -107,6 +107,12 @@ struct RunArgs {
     /// expires within 15 minutes goes at once. 0 restarts them all at once.
     #[arg(long, env = "TWC_RESTART_PACE", default_value_t = twc_controller::restarts::DEFAULT_LIMIT)]
     restart_pace: usize,
+    /// With `--watch-namespaces`: the name of the controller's Role and RoleBinding in each
+    /// watched namespace (`twc rbac` names them so; the chart sets the release's). They carry a
+    /// finalizer while WorkerDeployments there need them, so deleting the namespace never takes
+    /// the controller's rights before their cleanup is done.
+    #[arg(long, env = "TWC_RBAC_NAME", default_value = twc_controller::rbac::NAME)]
+    rbac_name: String,
     /// Routing back to a version that was current within this many seconds is a rollback:
     /// promoted at once, without ramp steps or gate.
     #[arg(long, env = "ROLLBACK_WINDOW_SECONDS", default_value_t = 3600)]
@@ -343,6 +349,7 @@ fn main() -> anyhow::Result<()> {
                 temporal_read_burst,
                 max_undeletable_versions,
                 restart_pace,
+                rbac_name,
                 rollback_window_seconds,
                 wrt_allowed_kinds,
                 metrics_bind_address,
@@ -404,6 +411,7 @@ fn main() -> anyhow::Result<()> {
                     },
                     wrt_allowed_kinds,
                     restart_pace,
+                    rbac_name,
                     ..Default::default()
                 };
                 let leader_election = leader_elect.then(|| {

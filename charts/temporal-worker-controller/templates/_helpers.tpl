@@ -66,6 +66,12 @@ hack/generate.sh), by kind and generated name: include "twc.generatedRules" (lis
 {{- if not $found }}
 {{- fail (printf "no %s %s in %s: run hack/generate.sh" $kind $name $file) }}
 {{- end }}
+{{- /* A rule naming the controller's own Role and RoleBinding names the release's. */ -}}
+{{- range $rules }}
+{{- if hasKey . "resourceNames" }}
+{{- $_ := set . "resourceNames" (list (include "twc.fullname" $ctx)) }}
+{{- end }}
+{{- end }}
 {{- toYaml $rules }}
 {{- end }}
 

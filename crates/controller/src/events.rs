@@ -125,6 +125,11 @@ impl Recorder {
         Ok(())
     }
 
+    /// The client it publishes with.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
     fn repeat(&self, key: u64, now: Instant) -> Option<(String, i32)> {
         self.seen.lock().ok()?.repeat(key, now)
     }

@@ -20,6 +20,7 @@ pub mod observed;
 pub mod plan;
 pub mod rbac;
 pub mod restarts;
+pub mod rights;
 pub mod scoped;
 pub mod temporal;
 pub mod worker_pods;

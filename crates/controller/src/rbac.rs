@@ -24,6 +24,11 @@ pub const CLUSTER_SCOPED_NAME: &str = "temporal-worker-controller-cluster-scoped
 /// never strips the ClusterConnection rules of a cluster-wide install.
 pub const NAMESPACE_SCOPED_NAME: &str = "temporal-worker-controller-namespace-scoped";
 
+/// The finalizer the controller puts on its own Role and RoleBinding in a watched namespace
+/// while WorkerDeployments there carry theirs: a deleted namespace takes them in no set order,
+/// and without them the controller could not finish the cleanup that lets the namespace go.
+pub const RIGHTS_FINALIZER: &str = "temporal.io/worker-deployment-cleanup";
+
 fn rule(group: &str, resources: &[&str], verbs: &[&str]) -> PolicyRule {
     PolicyRule {
         api_groups: Some(vec![group.to_string()]),
@@ -190,8 +195,24 @@ pub fn leader_election(namespace: Option<&str>) -> Role {
     }
 }
 
+/// Cluster-scoped rules of a namespace-scoped install only: the controller's own Role and
+/// RoleBinding in a watched namespace ([`NAME`], renamed by the chart), held with
+/// [`RIGHTS_FINALIZER`] while WorkerDeployments there need them. In the ClusterRole, so the
+/// last of the two is let go even once the other is gone (a deleted namespace takes both).
+pub fn own_rights_rules(name: &str) -> Vec<PolicyRule> {
+    vec![PolicyRule {
+        resource_names: Some(vec![name.to_string()]),
+        ..rule(
+            "rbac.authorization.k8s.io",
+            &["roles", "rolebindings"],
+            &["get", "patch"],
+        )
+    }]
+}
+
 /// Namespace-scoped install: a Role to create in each watched namespace, and the
-/// ClusterRole with what every install needs (no ClusterConnection rights).
+/// ClusterRole with what every install needs (no ClusterConnection rights) and the rights on
+/// that Role and its binding.
 pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
     let mut role_meta = meta(NAME);
     role_meta.namespace = namespace.map(str::to_string);
@@ -202,7 +223,7 @@ pub fn namespace_scoped(namespace: Option<&str>) -> (Role, ClusterRole) {
         },
         ClusterRole {
             metadata: meta(NAMESPACE_SCOPED_NAME),
-            rules: Some(always_cluster_rules()),
+            rules: Some([always_cluster_rules(), own_rights_rules(NAME)].concat()),
             ..Default::default()
         },
     )

@@ -31,8 +31,27 @@ pub async fn publish<K: Resource<DynamicType = ()>>(
         note: Some(note),
         action: "Reconcile".into(),
     };
-    if let Err(e) = recorder.publish(&ev, &obj.object_ref(&())).await {
-        tracing::debug!("cannot publish event: {e}");
+    match recorder.publish(&ev, &obj.object_ref(&())).await {
+        Ok(()) => {}
+        // A namespace being deleted takes no new object, an Event included: what it would
+        // have said goes to the log instead of being lost.
+        Err(kube::Error::Api(s))
+            if s.details
+                .as_ref()
+                .is_some_and(|d| d.causes.iter().any(|c| c.reason == "NamespaceTerminating")) =>
+        {
+            let ns = obj.meta().namespace.as_deref().unwrap_or_default();
+            let name = obj.meta().name.as_deref().unwrap_or_default();
+            tracing::warn!(
+                namespace = ns,
+                name,
+                reason,
+                "{} {name}: {} (no Event: namespace {ns} is being deleted)",
+                K::kind(&()),
+                ev.note.as_deref().unwrap_or_default()
+            );
+        }
+        Err(e) => tracing::debug!("cannot publish event: {e}"),
     }
 }
 

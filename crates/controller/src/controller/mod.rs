@@ -58,6 +58,9 @@ pub struct Config {
     /// At most this many versioned Deployments restart at once per Temporal address and
     /// namespace for renewed credential Secrets (0: no pace).
     pub restart_pace: usize,
+    /// Name of the controller's Role and RoleBinding in each of `watch_namespaces`, held while
+    /// WorkerDeployments there need them (`rights`).
+    pub rbac_name: String,
 }
 
 impl Default for Config {
@@ -76,6 +79,7 @@ impl Default for Config {
                 .collect(),
             reads: ReadConfig::default(),
             restart_pace: crate::restarts::DEFAULT_LIMIT,
+            rbac_name: crate::rbac::NAME.into(),
         }
     }
 }

@@ -99,6 +99,10 @@ pub(super) fn context(
             });
             crate::restarts::Restarts::new(config.restart_pace, Some(wake))
         },
+        rights: Arc::new(crate::rights::Rights::new(
+            client.clone(),
+            (!config.watch_namespaces.is_empty()).then(|| config.rbac_name.clone()),
+        )),
         reads: {
             // A worker deployment whose listing changed is reconciled at once.
             let s = senders.clone();
@@ -197,7 +201,7 @@ pub(super) fn controller(
         })
         .reflect(wd_writer)
         .inspect_ok({
-            let (queue, ctx) = (ctx.queue.clone(), ctx.clone());
+            let (queue, ctx, sc) = (ctx.queue.clone(), ctx.clone(), scope.clone());
             move |ev| {
                 ctx.own.seen(ev);
                 wrt_triggers.worker_deployment(ev);
@@ -205,6 +209,12 @@ pub(super) fn controller(
                     // Gone before its reconcile: no longer waiting, nothing to remember.
                     queue.started(&key_of(wd));
                     ctx.forget(&key_of(wd));
+                }
+                // The last WorkerDeployment of a watched namespace gone (or none there at a
+                // start): the controller's Role and RoleBinding there are let go.
+                if let (Event::Delete(_) | Event::InitDone, Some(ns)) = (ev, sc.as_deref()) {
+                    let (rights, ns) = (ctx.rights.clone(), ns.to_string());
+                    tokio::spawn(async move { rights.release_if_unused(&ns).await });
                 }
             }
         })

@@ -86,6 +86,8 @@ pub struct Context {
     pub reads: Reads,
     /// The pace of the restarts the controller starts by itself.
     pub restarts: crate::restarts::Restarts,
+    /// The controller's own Role and RoleBinding in a watched namespace, held while needed.
+    pub rights: Arc<crate::rights::Rights>,
 }
 
 impl Context {
@@ -192,6 +194,10 @@ async fn reconcile_one(
     // would be created again, a scaler not yet seen would have its replicas written over.
     ctx.synced.wait().await;
     phases.mark("caches");
+    // Rights that a deleted namespace would take before its cleanup is done are held first.
+    if wd.metadata.deletion_timestamp.is_none() || wd.finalizers().iter().any(|f| f == FINALIZER) {
+        ctx.rights.hold(&wd.namespace().unwrap_or_default()).await;
+    }
     if wd.metadata.deletion_timestamp.is_some() {
         let action = delete(&wd, &ctx).await;
         phases.mark("cleanup");

@@ -527,12 +527,7 @@ pub async fn gate_input(
 
 /// Whether namespace `ns` is being deleted (a read of its metadata; not known is no).
 pub(super) async fn namespace_terminating(ctx: &Context, ns: &str) -> bool {
-    let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(ctx.client.clone());
-    api.get_metadata_opt(ns)
-        .await
-        .ok()
-        .flatten()
-        .is_some_and(|n| n.metadata.deletion_timestamp.is_some())
+    crate::rights::terminating(&ctx.client, ns).await
 }
 
 #[cfg(test)]

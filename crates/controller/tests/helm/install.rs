@@ -94,13 +94,14 @@ async fn check_env_names_are_the_binarys(release: &str) {
         "leaderElection.renewDeadlineSeconds=7",
         "leaderElection.retrySeconds=2",
         "watchNamespaces={a,b}",
+        "rbac.scope=namespaced",
     ];
     let args: Vec<&str> = all.iter().flat_map(|v| ["--set", v]).collect();
     let docs = helm_template(release, CHART, release, &args).await;
     let deployment = one(&docs, "Deployment", &format!("{release}{FULLNAME_SUFFIX}"));
     let container = &deployment["spec"]["template"]["spec"]["containers"][0];
     let names: Vec<String> = env(container).into_iter().map(|(n, _)| n).collect();
-    assert_eq!(names.len(), 18, "{names:?}");
+    assert_eq!(names.len(), 19, "{names:?}");
     assert_eq!(
         env_value(container, "TAKE_OVER_IDENTITIES").as_deref(),
         Some("old/twc/1,other")
@@ -108,6 +109,22 @@ async fn check_env_names_are_the_binarys(release: &str) {
     assert_eq!(
         env_value(container, "WATCH_NAMESPACES").as_deref(),
         Some("a,b")
+    );
+    // The controller holds its Role and RoleBinding by the release's name, and may.
+    let role_name = format!("{release}{FULLNAME_SUFFIX}");
+    assert_eq!(
+        env_value(container, "TWC_RBAC_NAME").as_deref(),
+        Some(role_name.as_str())
+    );
+    one(&docs, "Role", &role_name);
+    let cluster_role = one(&docs, "ClusterRole", &format!("{role_name}-cluster-scoped"));
+    assert!(
+        cluster_role["rules"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|r| r["resourceNames"] == serde_json::json!([role_name])),
+        "{cluster_role}"
     );
     let twc = twc_testenv::paths::workspace_binary("temporal-worker-controller", "twc")
         .unwrap_or_else(|e| panic!("{e}"));
@@ -328,13 +345,20 @@ async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
     assert_eq!(role["metadata"]["namespace"], a.as_str());
     let (generated_role, generated_cluster) = twc_controller::rbac::namespace_scoped(None);
     assert_eq!(rules(role), generated_rules(&generated_role));
+    // The generated rules, the controller's own Role and RoleBinding named as the release's.
+    let mut expected = generated_rules(&generated_cluster);
+    for r in expected.as_array_mut().into_iter().flatten() {
+        if r.get("resourceNames").is_some() {
+            r["resourceNames"] = serde_json::json!([fullname]);
+        }
+    }
     assert_eq!(
         rules(one(
             &docs,
             "ClusterRole",
             &format!("{fullname}-cluster-scoped")
         )),
-        generated_rules(&generated_cluster)
+        expected
     );
 
     apply(&admin, &docs, RBAC, false).await;
@@ -346,6 +370,7 @@ async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
         .await?;
     let mut config = test_config();
     config.watch_namespaces = vec![a.clone()];
+    config.rbac_name = env_value(&c, "TWC_RBAC_NAME").unwrap_or_default();
     let (handle, fut) = prepare(sa_client, config).await;
     assert!(
         !handle.cluster_connections,
@@ -356,12 +381,51 @@ async fn the_chart_runs_the_controller_namespace_scoped() -> TestResult {
     w.worker_deployment(&a, "w", by_name("temporal"), "v1")
         .await;
     wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
+    // The chart's rules let the controller hold its Role and RoleBinding while it needs them.
+    wait_rights_held(&admin, &a, &fullname, true).await;
     delete_wd(&admin, &a, "w").await;
     wait_wd_gone(&admin, &a, "w", ROLLOUT).await;
+    wait_rights_held(&admin, &a, &fullname, false).await;
     controller.abort();
     delete_cluster_rbac(&admin, &docs).await;
     assert_no_forbidden(&logs);
     Ok(())
+}
+
+/// Waits until the Role and RoleBinding `ns/name` both carry the controller's rights finalizer
+/// (`held`), or neither does.
+async fn wait_rights_held(admin: &Client, ns: &str, name: &str, held: bool) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    let has = |f: Option<Vec<String>>| {
+        f.unwrap_or_default()
+            .iter()
+            .any(|f| f == twc_controller::rbac::RIGHTS_FINALIZER)
+    };
+    twc_testenv::wait_for(
+        &format!("Role and RoleBinding {ns}/{name} held: {held}"),
+        Duration::from_secs(30),
+        || async {
+            let role = Api::<Role>::namespaced(admin.clone(), ns).get(name).await;
+            let binding = Api::<RoleBinding>::namespaced(admin.clone(), ns)
+                .get(name)
+                .await;
+            let (role, binding) = (
+                role.map_err(|e| e.to_string())?,
+                binding.map_err(|e| e.to_string())?,
+            );
+            let now = (
+                has(role.metadata.finalizers),
+                has(binding.metadata.finalizers),
+            );
+            if now == (held, held) {
+                Ok(())
+            } else {
+                Err(format!("{now:?}"))
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
 }
 
 fn assert_no_forbidden(logs: &std::sync::Arc<std::sync::Mutex<Vec<u8>>>) {
