@@ -12,13 +12,18 @@ target="${CARGO_TARGET_DIR:-target}"
 results=()
 failed=0
 for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4 \
-    stale-credentials:I2; do
+    stale-credentials:I2 restart-all-at-once:I5; do
   variant=${pair%%:*}
   invariant=${pair##*:}
   # No faults, but for the one a variant breaks under.
   faults=(--fault-every-seconds 100000)
   if [ "$variant" = stale-credentials ]; then
     faults=(--fault-every-seconds 40 --only-fault "client certificates to a new CA")
+  fi
+  # A pace of 1, so that the two WorkerDeployments' versions restarting at once break it.
+  if [ "$variant" = restart-all-at-once ]; then
+    faults=(--fault-every-seconds 40 --only-fault "one Secret shared by every WD renewed"
+      --restart-pace 1)
   fi
   start=$(date +%s)
   log="$target/chaos-self-test/$variant.log"
@@ -31,7 +36,7 @@ for pair in scale-current:I1 drain-early:I2 skip-cleanup:I3 never-promote:I4 \
     verdict="NOT CAUGHT (log: $log)"
     failed=1
   fi
-  counts=$(grep -E '^invariant I[1-4]: ' "$log" | sed 's/^invariant \(I[1-4]\): \([0-9]*\).*/\1=\2/' | tr '\n' ' ')
+  counts=$(grep -E '^invariant I[1-5]: ' "$log" | sed 's/^invariant \(I[1-5]\): \([0-9]*\).*/\1=\2/' | tr '\n' ' ')
   results+=("$(printf '%-17s %-4s %-8s %4ss  %s' "$variant" "$invariant" "$verdict" "$(($(date +%s) - start))" "$counts")")
 done
 printf '%-17s %-4s %-8s %5s  %s\n' variant for verdict time "violations by invariant"

@@ -105,7 +105,7 @@ impl Fault {
             Fault::ConnectionRefChange => "connectionRef change",
             Fault::RapidImageChanges => "rapid image changes",
             Fault::ScalerTakeover => "scaler takes over replicas",
-            Fault::SecretRotation => "client certificate Secret rotated",
+            Fault::SecretRotation => "one Secret shared by every WD renewed",
             Fault::NewCaRotation => "client certificates to a new CA",
             Fault::ApiserverFaults => "apiserver answers 409 and 500",
             Fault::NamespaceChange => "temporalNamespace change mid-drain",

@@ -17,9 +17,10 @@
 //! - image changes in quick succession (a new image, then the previous one back);
 //! - a scaler taking over replicas: a WorkerResourceTemplate rendering an HPA, then the
 //!   current version scaled to 2 as an HPA would;
-//! - the client certificate Secret rotated (a new key pair from the same CA, the old one still
-//!   valid, as cert-manager renews): every connection is mutual TLS through a TLS proxy in
-//!   front of the dev server, so the controller must dial again with the new Secret;
+//! - the client certificate Secret, the one every WorkerDeployment mounts, renewed (a new key
+//!   pair from the same CA, the old one still valid, as cert-manager renews): every connection
+//!   is mutual TLS through a TLS proxy in front of the dev server, so the controller must dial
+//!   again with the new Secret and restart every worker, at its pace (I5);
 //! - the client certificates moved to a new CA, the old one then distrusted and every
 //!   connection closed: the workers must have been restarted with the new Secret (`tls.rs`);
 //! - the apiserver answering 409 and 500: the replicas reach it through a proxy that, for a
@@ -55,7 +56,10 @@
 //!   status is not consulted) within a
 //!   bound (the bound plus the longest retry backoff); and replicas a scaler set are never
 //!   written over while that version is current. Rollouts slower than the bound while faults
-//!   go on are counted, not judged.
+//!   go on are counted, not judged;
+//! - I5: never more than `--restart-pace` versioned Deployments restarting at once for a
+//!   renewed Secret at one place, and every running worker on the new credentials before the
+//!   old ones expire (in this run, of 90-day certificates, within 10 minutes): `restarts.rs`.
 //!
 //! With `--real-node`, the workers are containers of the example worker image under containerd
 //! and a real kubelet (`crates/testenv/src/node`; the images from `hack/image.sh`), each
@@ -71,6 +75,7 @@ mod invariants;
 mod operator;
 mod replicas;
 mod report;
+mod restarts;
 mod rollouts;
 mod setup;
 mod temporal_view;
@@ -100,6 +105,7 @@ use faults::{Fault, inject};
 use invariants::{check_deletion, check_pinned, observe};
 use replicas::{restart_stopped, start_replica, wait_for_leader};
 use report::print_report;
+use restarts::watch_restarts;
 use rollouts::{drive, wait_converged};
 use setup::{setup, tag_images};
 use temporal_view::View;
@@ -158,11 +164,16 @@ struct Cli {
     #[arg(long)]
     real_node: bool,
     /// The self-test (`hack/chaos-self-test.sh`): the controller runs a deliberately broken
-    /// variant (`TWC_CHAOS_BREAK`), and the run succeeds only if this invariant (I1 to I4)
+    /// variant (`TWC_CHAOS_BREAK`), and the run succeeds only if this invariant (I1 to I5)
     /// caught it. The checks after the rollouts wait only the bound (no faults to back off
     /// from).
     #[arg(long)]
     expect_violation: Option<String>,
+    /// The controllers' `--restart-pace`: at most this many versioned Deployments restart at
+    /// once per place for a renewed Secret (I5). Below the controller's default so that the
+    /// run's few WorkerDeployments meet it.
+    #[arg(long, default_value_t = 2)]
+    restart_pace: usize,
     /// Directory for data and logs (wiped at start).
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
@@ -309,6 +320,10 @@ struct Run<'a> {
     converge: Duration,
     /// A self-test run (`--expect-violation`).
     self_test: bool,
+    /// The controllers' `--restart-pace` (I5).
+    restart_pace: usize,
+    /// The renewals of the client certificate Secret, judged by I5.
+    renewals: restarts::Renewals,
     report: Mutex<Report>,
     done: AtomicBool,
     /// Held by the driver while it pins a workflow and changes an image, and by the
@@ -448,8 +463,8 @@ async fn main() -> anyhow::Result<()> {
     let kubeconfig = dir.join("controllers.kubeconfig");
     api_proxy.write_kubeconfig(cp.kubeconfig(), &kubeconfig)?;
     let controllers = Mutex::new([
-        start_replica(&kubeconfig, &dir, 0)?,
-        start_replica(&kubeconfig, &dir, 1)?,
+        start_replica(&kubeconfig, &dir, 0, cli.restart_pace)?,
+        start_replica(&kubeconfig, &dir, 1, cli.restart_pace)?,
     ]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
@@ -491,6 +506,8 @@ async fn main() -> anyhow::Result<()> {
         names,
         converge: Duration::from_secs(cli.converge_seconds),
         self_test: cli.expect_violation.is_some(),
+        restart_pace: cli.restart_pace,
+        renewals: Default::default(),
         report: Mutex::new(Report::default()),
         done: AtomicBool::new(false),
         spec_lock: tokio::sync::Mutex::new(()),
@@ -521,6 +538,7 @@ async fn main() -> anyhow::Result<()> {
         ),
         observe(&run),
         watch_deployments(&run),
+        watch_restarts(&run),
     );
     driven?;
     let rolled = started.elapsed();
@@ -538,6 +556,7 @@ async fn main() -> anyhow::Result<()> {
         }
     }
     check_pinned(&run).await;
+    restarts::judge_remaining(&run).await;
     // Faults may have left a replica down: the deletions need a leader.
     restart_stopped(&controllers)?;
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;

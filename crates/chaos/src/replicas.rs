@@ -12,8 +12,15 @@ use crate::IDENTITY;
 /// One controller replica: the `twc` binary with leader election, on short lease timings.
 pub(crate) type Replica = Controller;
 
-/// Replica `i`, reaching the apiserver through `kubeconfig` (the fault-injecting proxy's).
-pub(crate) fn start_replica(kubeconfig: &Path, dir: &Path, i: usize) -> anyhow::Result<Replica> {
+/// Replica `i`, reaching the apiserver through `kubeconfig` (the fault-injecting proxy's),
+/// restarting at most `restart_pace` Deployments at once per place.
+pub(crate) fn start_replica(
+    kubeconfig: &Path,
+    dir: &Path,
+    i: usize,
+    restart_pace: usize,
+) -> anyhow::Result<Replica> {
+    let pace = format!("--restart-pace={restart_pace}");
     let lease = [
         "--leader-election-lease-seconds",
         "6",
@@ -21,6 +28,7 @@ pub(crate) fn start_replica(kubeconfig: &Path, dir: &Path, i: usize) -> anyhow::
         "4",
         "--leader-election-retry-seconds",
         "1",
+        &pace,
     ];
     Ok(Controller::start_named_via(
         kubeconfig,

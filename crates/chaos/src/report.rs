@@ -50,8 +50,8 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         "faults, the time from each until every WorkerDeployment was at its spec's target, and the violations seen after each (until the next):"
     );
     println!(
-        "  {:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4}",
-        "kind", "count", "p50 s", "p99 s", "I1", "I2", "I3", "I4"
+        "  {:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
+        "kind", "count", "p50 s", "p99 s", "I1", "I2", "I3", "I4", "I5"
     );
     let kinds: &[Fault] = if run.env.node().is_some() {
         &Fault::REAL_NODE
@@ -70,7 +70,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         times.sort();
         let v = rows.get(&Some(kind)).copied().unwrap_or_default();
         println!(
-            "  {:<34} {:>5} {:>8.1} {:>8.1} {:>4} {:>4} {:>4} {:>4}",
+            "  {:<34} {:>5} {:>8.1} {:>8.1} {:>4} {:>4} {:>4} {:>4} {:>4}",
             kind.name(),
             count,
             percentile(&times, 0.5).as_secs_f64(),
@@ -78,7 +78,8 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
             v[0],
             v[1],
             v[2],
-            v[3]
+            v[3],
+            v[4]
         );
     }
     let before = rows.get(&None).copied().unwrap_or_default();
@@ -87,8 +88,8 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         ("(after the faults stopped)", after_faults(report)),
     ] {
         println!(
-            "  {label:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4}",
-            "", "", "", v[0], v[1], v[2], v[3]
+            "  {label:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
+            "", "", "", v[0], v[1], v[2], v[3], v[4]
         );
     }
     println!(
@@ -102,7 +103,14 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
     for note in &report.left_behind {
         println!("    {note}");
     }
-    for invariant in ["I1", "I2", "I3", "I4"] {
+    let (renewals, in_time, longest) = run.renewals.counts();
+    println!(
+        "credential restarts (I5): pace {} per place; {renewals} renewals of the Secret, {in_time} with every running worker on the new credentials in time (the longest took {:.1} s; the deadline: the old certificate's expiry, at most {} s after)",
+        run.restart_pace,
+        longest.as_secs_f64(),
+        crate::restarts::RENEWAL_DEADLINE.as_secs()
+    );
+    for invariant in INVARIANTS {
         let v = report.violations.get(invariant).map_or(0, Vec::len);
         println!("invariant {invariant}: {v} violations");
         for what in report
@@ -117,16 +125,16 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
     }
 }
 
+const INVARIANTS: [&str; 5] = ["I1", "I2", "I3", "I4", "I5"];
+
 fn column(invariant: &str) -> Option<usize> {
-    ["I1", "I2", "I3", "I4"]
-        .iter()
-        .position(|i| *i == invariant)
+    INVARIANTS.iter().position(|i| *i == invariant)
 }
 
 /// Violations seen while the faults went on, by the fault injected last before each (None:
 /// before the first fault).
-fn table(report: &Report) -> BTreeMap<Option<Fault>, [usize; 4]> {
-    let mut rows: BTreeMap<Option<Fault>, [usize; 4]> = BTreeMap::new();
+fn table(report: &Report) -> BTreeMap<Option<Fault>, [usize; 5]> {
+    let mut rows: BTreeMap<Option<Fault>, [usize; 5]> = BTreeMap::new();
     for (invariant, at) in &report.violated_at {
         if report.faults_ended.is_some_and(|end| *at >= end) {
             continue;
@@ -145,8 +153,8 @@ fn table(report: &Report) -> BTreeMap<Option<Fault>, [usize; 4]> {
 }
 
 /// Violations seen once the faults stopped (convergence, pinned workflows, deletion).
-fn after_faults(report: &Report) -> [usize; 4] {
-    let mut row = [0; 4];
+fn after_faults(report: &Report) -> [usize; 5] {
+    let mut row = [0; 5];
     for (invariant, at) in &report.violated_at {
         if report.faults_ended.is_some_and(|end| *at >= end)
             && let Some(c) = column(invariant)

@@ -11,7 +11,7 @@
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
@@ -24,8 +24,12 @@ use twc_testenv::tls_proxy::TlsProxy;
 
 use crate::{MTLS_SECRET, Run, SERVER_NAME};
 
-/// How long the rotation waits for the workers to restart before it distrusts the old CA.
-const RESTART_WAIT: Duration = Duration::from_secs(120);
+/// How long the rotation waits for the workers to restart before it distrusts the old CA: as
+/// long as I5 gives them (the restarts are paced).
+const RESTART_WAIT: Duration = crate::restarts::RENEWAL_DEADLINE;
+
+/// How long the run's client certificates live.
+const CLIENT_CERT_DAYS: i64 = 90;
 
 pub(crate) struct Tls {
     /// Signs the proxies' serving certificate; the Secret's `ca.crt`.
@@ -34,6 +38,8 @@ pub(crate) struct Tls {
     /// The CA of the client certificates now.
     client_ca: Mutex<Arc<Ca>>,
     rotations: AtomicUsize,
+    /// When the client certificate last issued (the one in the Secret) expires.
+    valid_until: Mutex<SystemTime>,
     /// The proxies, in front of each server.
     proxies: Mutex<Vec<TlsProxy>>,
 }
@@ -52,6 +58,7 @@ impl Tls {
             server,
             client_ca: Mutex::new(Arc::new(Ca::new("chaos-client-ca-0")?)),
             rotations: AtomicUsize::new(0),
+            valid_until: Mutex::new(SystemTime::now()),
             proxies: Mutex::new(Vec::new()),
         })
     }
@@ -98,9 +105,14 @@ impl Tls {
     /// The client certificate Secret: a fresh key pair of the client CA (as cert-manager
     /// renews), and the servers' CA.
     pub(crate) fn client_secret(&self) -> anyhow::Result<Secret> {
-        let pair =
-            self.client_ca()
-                .issue("chaos-tenant", &[], Usage::Client, time::Duration::days(90))?;
+        let pair = self.client_ca().issue(
+            "chaos-tenant",
+            &[],
+            Usage::Client,
+            time::Duration::days(CLIENT_CERT_DAYS),
+        )?;
+        *self.valid_until.lock().unwrap_or_else(|e| e.into_inner()) =
+            SystemTime::now() + Duration::from_secs(CLIENT_CERT_DAYS as u64 * 86_400);
         Ok(serde_json::from_value(json!({
             "metadata": {"name": MTLS_SECRET},
             "type": "kubernetes.io/tls",
@@ -110,8 +122,17 @@ impl Tls {
     }
 }
 
-/// Replaces the client certificate Secret's content (same name).
+/// Replaces the client certificate Secret's content (same name); I5 judges the restarts it
+/// brings.
 pub(crate) async fn renew(run: &Run<'_>) -> anyhow::Result<()> {
+    let expires = *run
+        .tls
+        .valid_until
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    if let Err(e) = run.renewals.renewing(run, expires).await {
+        println!("   note: the Deployments before a renewal could not be read (not judged): {e}");
+    }
     let renewed = run.tls.client_secret()?;
     Api::<Secret>::namespaced(run.client.clone(), &run.ns)
         .patch(

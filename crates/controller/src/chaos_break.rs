@@ -24,6 +24,8 @@ pub const VARIANTS: &[(&str, &str)] = &[
     // and the pinned workflows of a Draining version never complete. (I1 would see a current
     // version's silent workers only once their last heartbeat is 3 minutes old.)
     ("stale-credentials", "I2"),
+    // I5: every restart onto a renewed Secret goes at once, whatever the pace.
+    ("restart-all-at-once", "I5"),
 ];
 
 /// Whether broken behaviour `variant` is on.

@@ -36,13 +36,11 @@ struct Seen {
 impl Seen {
     fn of(d: &Deployment) -> Self {
         let spec = d.spec.as_ref();
+        let (digest, template_digest) =
+            twc_testenv::deployments::annotation_and_template(d, CREDENTIALS_DIGEST);
         Self {
-            digest: d.annotations().get(CREDENTIALS_DIGEST).cloned(),
-            template_digest: spec
-                .and_then(|s| s.template.metadata.as_ref())
-                .and_then(|m| m.annotations.as_ref())
-                .and_then(|a| a.get(CREDENTIALS_DIGEST))
-                .cloned(),
+            digest,
+            template_digest,
             rolled_out: twc_testenv::deployments::rolled_out(d),
             running: spec.and_then(|s| s.replicas).unwrap_or(1) > 0,
         }

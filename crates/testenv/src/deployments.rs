@@ -18,3 +18,23 @@ pub fn rolled_out(d: &Deployment) -> bool {
         && status.replicas.unwrap_or(0) <= updated
         && status.available_replicas.unwrap_or(0) >= want
 }
+
+/// Annotation `key` of `d` itself and of its pod template. (The controller's credentials
+/// digest: what the pods started with, and what a restart onto new content set on the
+/// template; a restart is written when the two agree on a new digest.)
+pub fn annotation_and_template(d: &Deployment, key: &str) -> (Option<String>, Option<String>) {
+    let own = d
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .cloned();
+    let template = d
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .and_then(|a| a.get(key))
+        .cloned();
+    (own, template)
+}
