@@ -32,6 +32,9 @@ pub(crate) enum Fault {
     /// The client certificates moved to a new CA; the old one distrusted once the workers
     /// restarted (`tls.rs`).
     NewCaRotation,
+    /// The namespaced Connection moved from mutual TLS to an API key, or back
+    /// (`auth_switch.rs`).
+    AuthModeSwitch,
     /// The apiserver, as the controllers see it, answers some writes 409 Conflict (not done)
     /// and some requests 500 after serving them (done, answer lost), for a few seconds.
     ApiserverFaults,
@@ -57,7 +60,7 @@ pub(crate) enum Fault {
 
 impl Fault {
     /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 17] = [
+    pub(crate) const REAL_NODE: [Fault; 18] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -67,6 +70,7 @@ impl Fault {
         Fault::ScalerTakeover,
         Fault::SecretRotation,
         Fault::NewCaRotation,
+        Fault::AuthModeSwitch,
         Fault::ApiserverFaults,
         Fault::NamespaceChange,
         Fault::ServerChange,
@@ -77,7 +81,7 @@ impl Fault {
         Fault::KubeletRestart,
     ];
     /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(15).0;
+    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(16).0;
     /// The faults the injector picks from (the driver injects the deletions itself).
     fn injected(real_node: bool) -> Vec<Fault> {
         let all: &[Fault] = if real_node {
@@ -107,6 +111,7 @@ impl Fault {
             Fault::ScalerTakeover => "scaler takes over replicas",
             Fault::SecretRotation => "one Secret shared by every WD renewed",
             Fault::NewCaRotation => "client certificates to a new CA",
+            Fault::AuthModeSwitch => "auth mode switched",
             Fault::ApiserverFaults => "apiserver answers 409 and 500",
             Fault::NamespaceChange => "temporalNamespace change mid-drain",
             Fault::ServerChange => "another server mid-drain",
@@ -242,6 +247,7 @@ async fn apply(
         }
         Fault::SecretRotation => crate::tls::renew(run).await?,
         Fault::NewCaRotation => crate::tls::rotate_ca(run).await?,
+        Fault::AuthModeSwitch => crate::auth_switch::switch(run).await?,
         Fault::RapidImageChanges => {
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];

@@ -23,6 +23,8 @@
 //!   again with the new Secret and restart every worker, at its pace (I5);
 //! - the client certificates moved to a new CA, the old one then distrusted and every
 //!   connection closed: the workers must have been restarted with the new Secret (`tls.rs`);
+//! - the auth mode switched: the namespaced Connection moves from mutual TLS to an API key or
+//!   back, and every worker on it must run the new mode in time (I5, `auth_switch.rs`);
 //! - the apiserver answering 409 and 500: the replicas reach it through a proxy that, for a
 //!   few seconds, refuses some writes with 409 Conflict and loses the answer of some served
 //!   requests with a 500 (`twc_testenv::api_proxy`);
@@ -69,6 +71,7 @@
 //! The seed is printed; the same seed replays the same choices (the timing of the servers is
 //! not seeded). Exits non-zero on any violation.
 
+mod auth_switch;
 mod deletions;
 mod faults;
 mod invariants;

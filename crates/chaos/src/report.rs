@@ -50,7 +50,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         "faults, the time from each until every WorkerDeployment was at its spec's target, and the violations seen after each (until the next):"
     );
     println!(
-        "  {:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
+        "  {:<38} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
         "kind", "count", "p50 s", "p99 s", "I1", "I2", "I3", "I4", "I5"
     );
     let kinds: &[Fault] = if run.env.node().is_some() {
@@ -70,7 +70,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         times.sort();
         let v = rows.get(&Some(kind)).copied().unwrap_or_default();
         println!(
-            "  {:<34} {:>5} {:>8.1} {:>8.1} {:>4} {:>4} {:>4} {:>4} {:>4}",
+            "  {:<38} {:>5} {:>8.1} {:>8.1} {:>4} {:>4} {:>4} {:>4} {:>4}",
             kind.name(),
             count,
             percentile(&times, 0.5).as_secs_f64(),
@@ -88,7 +88,7 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         ("(after the faults stopped)", after_faults(report)),
     ] {
         println!(
-            "  {label:<34} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
+            "  {label:<38} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
             "", "", "", v[0], v[1], v[2], v[3], v[4]
         );
     }

@@ -27,6 +27,7 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
     Api::<Secret>::namespaced(run.client.clone(), &run.ns)
         .create(&PostParams::default(), &run.tls.client_secret()?)
         .await?;
+    crate::auth_switch::create_secret(run).await?;
     let spec = json!({
         "hostPort": run.tls_address,
         // The proxy's CA is in the same Secret; naming it passes it to the workers too.

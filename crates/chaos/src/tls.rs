@@ -76,6 +76,9 @@ impl Tls {
         let ip = if real_node { "0.0.0.0" } else { "127.0.0.1" };
         let ca = self.client_ca().cert_pem.clone();
         let proxy = TlsProxy::start_on(ip, upstream, &self.server, Some(&ca)).await?;
+        // Workers on an API key (the auth mode switch) present no certificate; one that
+        // presents a certificate must present a trusted one.
+        proxy.let_in_clients_without_certificate()?;
         let port = proxy.address.rsplit(':').next().unwrap_or_default();
         let address = if real_node {
             format!("{}:{port}", node::HOST_IP)

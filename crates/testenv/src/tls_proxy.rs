@@ -21,6 +21,8 @@ pub struct TlsProxy {
     /// What new handshakes use; replaced by [`TlsProxy::trust_clients_of`].
     acceptor: Arc<Mutex<TlsAcceptor>>,
     server: CertPair,
+    /// The client CAs trusted now, and whether a client without a certificate is let in.
+    clients: Mutex<(Option<String>, bool)>,
     /// Bumped when the trust changes: every open connection closes, as a server restarted
     /// with a new trust store closes them.
     generation: tokio::sync::watch::Sender<u64>,
@@ -38,8 +40,13 @@ fn tls_err(e: impl std::fmt::Display) -> Error {
 }
 
 /// A TLS acceptor serving `server`, demanding client certificates of `client_ca` (a PEM
-/// bundle: any of its CAs) when given.
-fn acceptor(server: &CertPair, client_ca: Option<&str>) -> Result<TlsAcceptor, Error> {
+/// bundle: any of its CAs) when given; with `optional`, a client without one is let in (one
+/// that presents a certificate must still present a trusted one).
+fn acceptor(
+    server: &CertPair,
+    client_ca: Option<&str>,
+    optional: bool,
+) -> Result<TlsAcceptor, Error> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
         CertificateDer::pem_slice_iter(server.cert_pem.as_bytes())
@@ -55,9 +62,12 @@ fn acceptor(server: &CertPair, client_ca: Option<&str>) -> Result<TlsAcceptor, E
             for c in CertificateDer::pem_slice_iter(ca.as_bytes()) {
                 roots.add(c.map_err(tls_err)?).map_err(tls_err)?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
-                .build()
-                .map_err(tls_err)?;
+            let mut verifier =
+                WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider);
+            if optional {
+                verifier = verifier.allow_unauthenticated();
+            }
+            let verifier = verifier.build().map_err(tls_err)?;
             builder
                 .with_client_cert_verifier(verifier)
                 .with_single_cert(certs, key)
@@ -91,7 +101,7 @@ impl TlsProxy {
         server: &CertPair,
         client_ca: Option<&str>,
     ) -> Result<Self, Error> {
-        let acceptor = Arc::new(Mutex::new(acceptor(server, client_ca)?));
+        let acceptor = Arc::new(Mutex::new(acceptor(server, client_ca, false)?));
         let (generation, _) = tokio::sync::watch::channel(0u64);
         let listener = TcpListener::bind((ip, 0)).await.map_err(tls_err)?;
         let address = listener.local_addr().map_err(tls_err)?.to_string();
@@ -126,6 +136,7 @@ impl TlsProxy {
             address,
             acceptor,
             server: server.clone(),
+            clients: Mutex::new((client_ca.map(str::to_string), false)),
             generation,
             task,
         })
@@ -135,11 +146,22 @@ impl TlsProxy {
     /// PEM bundle); every open connection is closed, so a client whose certificate is no
     /// longer trusted cannot go on over a connection it opened before.
     pub fn trust_clients_of(&self, client_ca: &str) -> Result<(), Error> {
-        let next = acceptor(&self.server, Some(client_ca))?;
-        *self
-            .acceptor
-            .lock()
-            .map_err(|_| Error::Other("tls proxy: poisoned".into()))? = next;
+        self.set_clients(|c| c.0 = Some(client_ca.to_string()))
+    }
+
+    /// From now on a client without a certificate is let in too (one authenticated otherwise,
+    /// with an API key); a client that presents one must still present a trusted one. Every
+    /// open connection is closed.
+    pub fn let_in_clients_without_certificate(&self) -> Result<(), Error> {
+        self.set_clients(|c| c.1 = true)
+    }
+
+    fn set_clients(&self, change: impl FnOnce(&mut (Option<String>, bool))) -> Result<(), Error> {
+        let poisoned = || Error::Other("tls proxy: poisoned".into());
+        let mut clients = self.clients.lock().map_err(|_| poisoned())?;
+        change(&mut clients);
+        let next = acceptor(&self.server, clients.0.as_deref(), clients.1)?;
+        *self.acceptor.lock().map_err(|_| poisoned())? = next;
         self.generation.send_modify(|g| *g += 1);
         Ok(())
     }
@@ -179,19 +201,32 @@ mod tests {
         server_ca: &Ca,
         client: &CertPair,
     ) -> Option<TlsStream<TcpStream>> {
+        connect_as(address, server_ca, Some(client)).await
+    }
+
+    /// A client with `client`'s certificate, or none.
+    async fn connect_as(
+        address: &str,
+        server_ca: &Ca,
+        client: Option<&CertPair>,
+    ) -> Option<TlsStream<TcpStream>> {
         let provider = Arc::new(rustls::crypto::ring::default_provider());
         let mut roots = RootCertStore::empty();
         for c in CertificateDer::pem_slice_iter(server_ca.cert_pem.as_bytes()) {
             ok(roots.add(ok(c)));
         }
-        let certs: Vec<CertificateDer<'static>> =
-            ok(CertificateDer::pem_slice_iter(client.cert_pem.as_bytes()).collect());
-        let key = ok(PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes()));
-        let config = ok(ok(
-            ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions()
-        )
-        .with_root_certificates(roots)
-        .with_client_auth_cert(certs, key));
+        let builder =
+            ok(ClientConfig::builder_with_provider(provider).with_safe_default_protocol_versions())
+                .with_root_certificates(roots);
+        let config = match client {
+            Some(client) => {
+                let certs: Vec<CertificateDer<'static>> =
+                    ok(CertificateDer::pem_slice_iter(client.cert_pem.as_bytes()).collect());
+                let key = ok(PrivateKeyDer::from_pem_slice(client.key_pem.as_bytes()));
+                ok(builder.with_client_auth_cert(certs, key))
+            }
+            None => builder.with_no_client_auth(),
+        };
         let socket = ok(TcpStream::connect(address).await);
         let name = ok(ServerName::try_from("127.0.0.1"));
         TlsConnector::from(Arc::new(config))
@@ -255,5 +290,36 @@ mod tests {
         ok(proxy.trust_clients_of(&format!("{}{}", old_ca.cert_pem, new_ca.cert_pem)));
         assert!(works(&proxy.address, &old_ca, &old).await);
         assert!(works(&proxy.address, &old_ca, &new).await);
+    }
+
+    /// Clients without a certificate let in (API keys): one with an untrusted certificate is
+    /// still refused.
+    #[tokio::test]
+    async fn clients_without_a_certificate_may_be_let_in_never_untrusted_ones() {
+        let (ca, other) = (ok(Ca::new("ca")), ok(Ca::new("other")));
+        let server = ok(ca.issue(
+            "proxy",
+            &["127.0.0.1"],
+            Usage::Server,
+            time::Duration::days(1),
+        ));
+        let trusted = ok(ca.issue("c", &[], Usage::Client, time::Duration::days(1)));
+        let untrusted = ok(other.issue("c", &[], Usage::Client, time::Duration::days(1)));
+        let proxy = ok(TlsProxy::start(&echo().await, &server, Some(&ca.cert_pem)).await);
+        let bare = |proxy: &TlsProxy| {
+            let address = proxy.address.clone();
+            let ca = &ca;
+            async move {
+                match connect_as(&address, ca, None).await {
+                    Some(mut s) => echoes(&mut s).await,
+                    None => false,
+                }
+            }
+        };
+        assert!(!bare(&proxy).await, "no certificate, before");
+        ok(proxy.let_in_clients_without_certificate());
+        assert!(bare(&proxy).await, "no certificate, after");
+        assert!(works(&proxy.address, &ca, &trusted).await);
+        assert!(!works(&proxy.address, &ca, &untrusted).await);
     }
 }

@@ -1,0 +1,128 @@
+//! The fault "auth mode switched": the namespaced Connection moves from mutual TLS to an API
+//! key (the same TLS proxy, which lets in a client without a certificate; the dev server takes
+//! any key), or back. Everything the pods see of a connection rolls them, the auth mode
+//! included: within [`RENEWAL_DEADLINE`] every running worker of a WorkerDeployment on that
+//! Connection must run on the new mode (its Deployment rolled out with the new env), or I5
+//! reports it. Its pinned workflows and routing are watched by I1 and I2 as always.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Secret;
+use kube::ResourceExt as _;
+use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use serde_json::json;
+use twc_api::{Connection, ConnectionKind};
+use twc_controller::plan::build_id;
+use twc_testenv::deployments::rolled_out;
+
+use crate::restarts::RENEWAL_DEADLINE;
+use crate::{CONNECTION, MTLS_SECRET, Run};
+
+/// The API key Secret, and its key.
+pub(crate) const API_KEY_SECRET: &str = "chaos-api-key";
+const API_KEY_KEY: &str = "key";
+
+/// The API key Secret the switch points the Connection at.
+pub(crate) async fn create_secret(run: &Run<'_>) -> anyhow::Result<()> {
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": API_KEY_SECRET},
+        "type": "Opaque",
+        "stringData": {API_KEY_KEY: "chaos-api-key-1"}
+    }))?;
+    Api::<Secret>::namespaced(run.client.clone(), &run.ns)
+        .create(&PostParams::default(), &secret)
+        .await?;
+    Ok(())
+}
+
+/// Whether the workers of `d` authenticate with an API key.
+fn api_key_mode(d: &Deployment) -> bool {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_ref())
+        .is_some_and(|env| env.iter().any(|e| e.name == "TEMPORAL_API_KEY"))
+}
+
+/// The fault: the Connection's auth mode switched; waits until every running worker of the
+/// WorkerDeployments on it runs the new mode (I5 reports those that do not in time).
+pub(crate) async fn switch(run: &Run<'_>) -> anyhow::Result<()> {
+    let api = Api::<Connection>::namespaced(run.client.clone(), &run.ns);
+    let to_api_key = api.get(CONNECTION).await?.spec.api_key_secret_ref.is_none();
+    let patch = if to_api_key {
+        json!({"spec": {"mutualTLSSecretRef": null,
+            "apiKeySecretRef": {"name": API_KEY_SECRET, "key": API_KEY_KEY}}})
+    } else {
+        json!({"spec": {"apiKeySecretRef": null, "mutualTLSSecretRef": {"name": MTLS_SECRET}}})
+    };
+    api.patch(CONNECTION, &PatchParams::default(), &Patch::Merge(&patch))
+        .await?;
+    let mode = if to_api_key {
+        "an API key"
+    } else {
+        "mutual TLS"
+    };
+    println!("   the Connection now authenticates with {mode}");
+    let started = Instant::now();
+    let mut behind = Vec::new();
+    while started.elapsed() < RENEWAL_DEADLINE {
+        match behind_on(run, to_api_key).await {
+            Ok(b) if b.is_empty() => return Ok(()),
+            Ok(b) => behind = b,
+            // The apiserver restarting: not known, asked again.
+            Err(_) => {}
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    run.report().violate(
+        "I5",
+        format!(
+            "{} s after the Connection moved to {mode}, workers still on the other mode (or not rolled out): {}",
+            RENEWAL_DEADLINE.as_secs(),
+            behind.join(", ")
+        ),
+    );
+    Ok(())
+}
+
+/// The running versioned Deployments of WorkerDeployments on the Connection whose workers are
+/// not (all) on the API key (`api_key`) or mutual TLS.
+async fn behind_on(run: &Run<'_>, api_key: bool) -> anyhow::Result<Vec<String>> {
+    let on_connection: Vec<String> = run
+        .wds()
+        .list(&ListParams::default())
+        .await?
+        .items
+        .into_iter()
+        .filter(|wd| {
+            wd.metadata.deletion_timestamp.is_none()
+                && matches!(
+                    wd.spec.worker_options.connection_ref.target(),
+                    Some((ConnectionKind::Connection, n)) if n == CONNECTION
+                )
+        })
+        .map(|wd| wd.name_any())
+        .collect();
+    let deployments = run
+        .deployments()
+        .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
+        .await?;
+    Ok(deployments
+        .items
+        .iter()
+        .filter(|d| {
+            d.metadata.deletion_timestamp.is_none()
+                && d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) > 0
+        })
+        .filter(|d| {
+            let build = d.labels().get(twc_api::labels::BUILD_ID);
+            on_connection
+                .iter()
+                .any(|wd| build.is_some_and(|b| build_id::deployment_name(wd, b) == d.name_any()))
+        })
+        .filter(|d| api_key_mode(d) != api_key || !rolled_out(d))
+        .map(|d| d.name_any())
+        .collect())
+}
