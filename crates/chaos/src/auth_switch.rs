@@ -14,7 +14,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use twc_api::{Connection, ConnectionKind};
 use twc_controller::plan::build_id;
-use twc_testenv::deployments::rolled_out;
+use twc_testenv::deployments::{rolled_out, worker_env};
 
 use crate::restarts::RENEWAL_DEADLINE;
 use crate::{CONNECTION, MTLS_SECRET, Run};
@@ -38,12 +38,7 @@ pub(crate) async fn create_secret(run: &Run<'_>) -> anyhow::Result<()> {
 
 /// Whether the workers of `d` authenticate with an API key.
 fn api_key_mode(d: &Deployment) -> bool {
-    d.spec
-        .as_ref()
-        .and_then(|s| s.template.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.env.as_ref())
-        .is_some_and(|env| env.iter().any(|e| e.name == "TEMPORAL_API_KEY"))
+    worker_env(d).iter().any(|e| e.name == "TEMPORAL_API_KEY")
 }
 
 /// The fault: the Connection's auth mode switched; waits until every running worker of the

@@ -30,7 +30,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use twc_api::labels::{BUILD_ID, CREDENTIALS_DIGEST, CREDENTIALS_RESTARTED_AT};
 use twc_controller::plan::credentials::RESTART_HOLD;
-use twc_testenv::deployments::{annotation_and_template, rolled_out};
+use twc_testenv::deployments::{annotation_and_template, rolled_out, worker_env_value};
 
 use crate::Run;
 
@@ -113,22 +113,10 @@ fn running(d: &Deployment) -> bool {
 
 /// A Temporal address and namespace, from the workers' env.
 fn place(d: &Deployment) -> Option<(String, String)> {
-    let env = d
-        .spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .as_ref()?;
-    let var = |name: &str| {
-        env.iter()
-            .find(|e| e.name == name)
-            .and_then(|e| e.value.clone())
-    };
-    Some((var("TEMPORAL_ADDRESS")?, var("TEMPORAL_NAMESPACE")?))
+    Some((
+        worker_env_value(d, "TEMPORAL_ADDRESS")?,
+        worker_env_value(d, "TEMPORAL_NAMESPACE")?,
+    ))
 }
 
 /// One versioned Deployment as the watch last showed it.

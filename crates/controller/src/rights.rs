@@ -30,6 +30,23 @@ use crate::writes::{Swap, swap_finalizers};
 /// again (someone may have taken the finalizer off, or be deleting them).
 const RECHECK: Duration = Duration::from_secs(300);
 
+/// A Role or a RoleBinding, as read and patched here.
+trait Rbac:
+    Resource<DynamicType = (), Scope = NamespaceResourceScope>
+    + Clone
+    + DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> Rbac for K where
+    K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 /// The controller's own Role and RoleBinding in each watched namespace.
 pub struct Rights {
     client: Client,
@@ -112,13 +129,7 @@ impl Rights {
     /// [`RECHECK`] (false: look again at the next reconcile). One deleted while its namespace
     /// stays is let go instead. Without the right to read it (an older release's RBAC, or a
     /// cluster-wide one), it is said once per [`RECHECK`].
-    async fn keep<K>(&self, ns: &str, name: &str) -> bool
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
+    async fn keep<K: Rbac>(&self, ns: &str, name: &str) -> bool {
         let kind = K::kind(&());
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         let obj = match api.get_opt(name).await {
@@ -172,13 +183,7 @@ impl Rights {
     }
 
     /// Takes [`RIGHTS_FINALIZER`] off `K` `ns/name`.
-    async fn let_go<K>(&self, ns: &str, name: &str)
-    where
-        K: Resource<DynamicType = (), Scope = NamespaceResourceScope>
-            + Clone
-            + DeserializeOwned
-            + std::fmt::Debug,
-    {
+    async fn let_go<K: Rbac>(&self, ns: &str, name: &str) {
         let kind = K::kind(&());
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         // A changed object (Stale) is read again: a few tries, then the next release.

@@ -38,3 +38,21 @@ pub fn annotation_and_template(d: &Deployment, key: &str) -> (Option<String>, Op
         .cloned();
     (own, template)
 }
+
+/// The env of `d`'s first container (the worker), as its pod template gives it.
+pub fn worker_env(d: &Deployment) -> &[k8s_openapi::api::core::v1::EnvVar] {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|s| s.containers.first())
+        .and_then(|c| c.env.as_deref())
+        .unwrap_or_default()
+}
+
+/// The value of env var `name` in `d`'s first container (None when unset or from a source).
+pub fn worker_env_value(d: &Deployment, name: &str) -> Option<String> {
+    worker_env(d)
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}

@@ -14,18 +14,7 @@ use crate::harness::*;
 
 /// The `TEMPORAL_NAMESPACE` the first container of `d` is given.
 fn namespace_of(d: &Deployment) -> Option<String> {
-    d.spec
-        .as_ref()?
-        .template
-        .spec
-        .as_ref()?
-        .containers
-        .first()?
-        .env
-        .iter()
-        .flatten()
-        .find(|e| e.name == "TEMPORAL_NAMESPACE")
-        .and_then(|e| e.value.clone())
+    twc_testenv::deployments::worker_env_value(d, "TEMPORAL_NAMESPACE")
 }
 
 /// v1 was current and now drains in the old Temporal namespace, v2 is current there; then
