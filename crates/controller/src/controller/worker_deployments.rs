@@ -211,8 +211,18 @@ pub(super) fn controller(
                     ctx.forget(&key_of(wd));
                 }
                 // The last WorkerDeployment of a watched namespace gone (or none there at a
-                // start): the controller's Role and RoleBinding there are let go.
-                if let (Event::Delete(_) | Event::InitDone, Some(ns)) = (ev, sc.as_deref()) {
+                // start): the controller's Role and RoleBinding there are let go. While the
+                // cache still shows one holding its finalizer, its own deletion comes later
+                // (no list of the namespace per deletion of a bulk delete).
+                if let (Event::Delete(_) | Event::InitDone, Some(ns)) = (ev, sc.as_deref())
+                    && !ctx.worker_deployments.in_namespace(ns).iter().any(|w| {
+                        w.metadata
+                            .finalizers
+                            .iter()
+                            .flatten()
+                            .any(|f| f == twc_api::FINALIZER)
+                    })
+                {
                     let (rights, ns) = (ctx.rights.clone(), ns.to_string());
                     tokio::spawn(async move { rights.release_if_unused(&ns).await });
                 }
