@@ -1,6 +1,8 @@
 //! The fault "auth mode switched": the namespaced Connection moves from mutual TLS to an API
-//! key (the same TLS proxy, which lets in a client without a certificate; the dev server takes
-//! any key), or back. Everything the pods see of a connection rolls them, the auth mode
+//! key (the same TLS proxy, which then lets in a client without a certificate; the dev server
+//! takes any key), or back (the proxy requires certificates again once every worker is back
+//! on mutual TLS: while it does not, a worker on a distrusted certificate leaves it out and
+//! comes in, which the new-CA rotation must see). Everything the pods see of a connection rolls them, the auth mode
 //! included: within [`RENEWAL_DEADLINE`] every running worker of a WorkerDeployment on that
 //! Connection must run on the new mode (its Deployment rolled out with the new env), or I5
 //! reports it. Its pinned workflows and routing are watched by I1 and I2 as always.
@@ -46,6 +48,9 @@ fn api_key_mode(d: &Deployment) -> bool {
 pub(crate) async fn switch(run: &Run<'_>) -> anyhow::Result<()> {
     let api = Api::<Connection>::namespaced(run.client.clone(), &run.ns);
     let to_api_key = api.get(CONNECTION).await?.spec.api_key_secret_ref.is_none();
+    if to_api_key {
+        run.tls.let_in_without_certificate(true)?;
+    }
     let patch = if to_api_key {
         json!({"spec": {"mutualTLSSecretRef": null,
             "apiKeySecretRef": {"name": API_KEY_SECRET, "key": API_KEY_KEY}}})
@@ -64,7 +69,12 @@ pub(crate) async fn switch(run: &Run<'_>) -> anyhow::Result<()> {
     let mut behind = Vec::new();
     while started.elapsed() < RENEWAL_DEADLINE {
         match behind_on(run, to_api_key).await {
-            Ok(b) if b.is_empty() => return Ok(()),
+            Ok(b) if b.is_empty() => {
+                if !to_api_key {
+                    run.tls.let_in_without_certificate(false)?;
+                }
+                return Ok(());
+            }
             Ok(b) => behind = b,
             // The apiserver restarting: not known, asked again.
             Err(_) => {}

@@ -15,7 +15,8 @@
 //! - The deadline: each renewal of the Secret records the running Deployments and their
 //!   digests; by the old certificate's expiry, and in this run by [`RENEWAL_DEADLINE`] after
 //!   the renewal (the run's stand-in for an expiry: its certificates outlive it), every one
-//!   still running must have rolled out on a new digest.
+//!   still running must have restarted (a new digest recorded and on its pod template) and
+//!   rolled out.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Mutex;
@@ -262,8 +263,11 @@ fn judge_renewals(run: &Run<'_>, now_seen: &HashMap<String, Deployment>) {
             .iter()
             .filter(|(name, before)| {
                 now_seen.get(*name).is_some_and(|d| {
-                    let (digest, _) = annotation_and_template(d, CREDENTIALS_DIGEST);
-                    running(d) && (digest.as_ref() == Some(*before) || !rolled_out(d))
+                    // Restarted: the new digest on its pod template too (a digest recorded
+                    // without a restart is what the stale-credentials variant does).
+                    let (digest, template) = annotation_and_template(d, CREDENTIALS_DIGEST);
+                    let restarted = digest.as_ref() != Some(*before) && template == digest;
+                    running(d) && !(restarted && rolled_out(d))
                 })
             })
             .map(|(name, _)| name.as_str())

@@ -76,9 +76,6 @@ impl Tls {
         let ip = if real_node { "0.0.0.0" } else { "127.0.0.1" };
         let ca = self.client_ca().cert_pem.clone();
         let proxy = TlsProxy::start_on(ip, upstream, &self.server, Some(&ca)).await?;
-        // Workers on an API key (the auth mode switch) present no certificate; one that
-        // presents a certificate must present a trusted one.
-        proxy.let_in_clients_without_certificate()?;
         let port = proxy.address.rsplit(':').next().unwrap_or_default();
         let address = if real_node {
             format!("{}:{port}", node::HOST_IP)
@@ -90,6 +87,21 @@ impl Tls {
             .unwrap_or_else(|e| e.into_inner())
             .push(proxy);
         Ok(address)
+    }
+
+    /// Every server lets in clients without a certificate (`yes`: workers on an API key), or
+    /// no longer. Only while some are: a worker whose certificate is of a CA the server does
+    /// not name leaves it out and would come in too, so a stale certificate goes unseen then.
+    pub(crate) fn let_in_without_certificate(&self, yes: bool) -> anyhow::Result<()> {
+        for p in self
+            .proxies
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            p.let_in_clients_without_certificate(yes)?;
+        }
+        Ok(())
     }
 
     /// Every server trusts client certificates of the CAs in `bundle` only.

@@ -146,23 +146,30 @@ impl TlsProxy {
     /// PEM bundle); every open connection is closed, so a client whose certificate is no
     /// longer trusted cannot go on over a connection it opened before.
     pub fn trust_clients_of(&self, client_ca: &str) -> Result<(), Error> {
-        self.set_clients(|c| c.0 = Some(client_ca.to_string()))
+        self.set_clients(|c| c.0 = Some(client_ca.to_string()), true)
     }
 
-    /// From now on a client without a certificate is let in too (one authenticated otherwise,
-    /// with an API key); a client that presents one must still present a trusted one. Every
-    /// open connection is closed.
-    pub fn let_in_clients_without_certificate(&self) -> Result<(), Error> {
-        self.set_clients(|c| c.1 = true)
+    /// From now on a client without a certificate is let in too (`yes`: one authenticated
+    /// otherwise, with an API key), or no longer; a client that presents one must still
+    /// present a trusted one. Open connections stay open. Beware: a client whose certificate
+    /// the server's CA hints do not name may leave it out and come in without one.
+    pub fn let_in_clients_without_certificate(&self, yes: bool) -> Result<(), Error> {
+        self.set_clients(|c| c.1 = yes, false)
     }
 
-    fn set_clients(&self, change: impl FnOnce(&mut (Option<String>, bool))) -> Result<(), Error> {
+    fn set_clients(
+        &self,
+        change: impl FnOnce(&mut (Option<String>, bool)),
+        close_open: bool,
+    ) -> Result<(), Error> {
         let poisoned = || Error::Other("tls proxy: poisoned".into());
         let mut clients = self.clients.lock().map_err(|_| poisoned())?;
         change(&mut clients);
         let next = acceptor(&self.server, clients.0.as_deref(), clients.1)?;
         *self.acceptor.lock().map_err(|_| poisoned())? = next;
-        self.generation.send_modify(|g| *g += 1);
+        if close_open {
+            self.generation.send_modify(|g| *g += 1);
+        }
         Ok(())
     }
 }
@@ -317,9 +324,11 @@ mod tests {
             }
         };
         assert!(!bare(&proxy).await, "no certificate, before");
-        ok(proxy.let_in_clients_without_certificate());
+        ok(proxy.let_in_clients_without_certificate(true));
         assert!(bare(&proxy).await, "no certificate, after");
         assert!(works(&proxy.address, &ca, &trusted).await);
         assert!(!works(&proxy.address, &ca, &untrusted).await);
+        ok(proxy.let_in_clients_without_certificate(false));
+        assert!(!bare(&proxy).await, "no certificate, once required again");
     }
 }
