@@ -31,7 +31,7 @@ use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
 use twc_api::labels::{BUILD_ID, CREDENTIALS_DIGEST, CREDENTIALS_RESTARTED_AT};
 use twc_controller::plan::credentials::RESTART_HOLD;
-use twc_testenv::deployments::{annotation_and_template, rolled_out, worker_env_value};
+use twc_testenv::deployments::{annotation_and_template, rolled_out, worker_env, worker_env_value};
 
 use crate::Run;
 
@@ -60,10 +60,17 @@ impl Renewals {
             .deployments()
             .list(&ListParams::default().labels(BUILD_ID))
             .await?;
+        // Only workers that read the client certificate must restart: one on an API key reads
+        // only the Secret's `ca.crt`, which a renewal leaves as it was.
         let before = list
             .items
             .iter()
             .filter(|d| running(d))
+            .filter(|d| {
+                worker_env(d)
+                    .iter()
+                    .any(|e| e.name == "TEMPORAL_TLS_CLIENT_CERT_PATH")
+            })
             .filter_map(|d| {
                 let (digest, _) = annotation_and_template(d, CREDENTIALS_DIGEST);
                 Some((d.name_any(), digest?))

@@ -159,7 +159,8 @@ pub(crate) async fn renew(run: &Run<'_>) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// The credentials digest of each running versioned Deployment, by name.
+/// The credentials digest of each running versioned Deployment whose workers read the client
+/// certificate (not those on an API key: a renewal changes nothing they read), by name.
 async fn digests(run: &Run<'_>) -> anyhow::Result<Vec<(String, Option<String>, bool)>> {
     let list = run
         .deployments()
@@ -170,6 +171,11 @@ async fn digests(run: &Run<'_>) -> anyhow::Result<Vec<(String, Option<String>, b
         .iter()
         .filter(|d| d.metadata.deletion_timestamp.is_none())
         .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) != Some(0))
+        .filter(|d| {
+            twc_testenv::deployments::worker_env(d)
+                .iter()
+                .any(|e| e.name == "TEMPORAL_TLS_CLIENT_CERT_PATH")
+        })
         .map(|d| {
             let digest = d
                 .annotations()
