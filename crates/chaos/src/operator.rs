@@ -15,6 +15,7 @@ use crate::temporal_view::Status;
 /// not know it.
 pub(crate) async fn tend_left_behind(run: &Run<'_>) {
     for name in &run.names {
+        tend_previous_connection(run, name).await;
         let left = run.left_places_of(name);
         if left.is_empty() {
             continue;
@@ -44,6 +45,49 @@ pub(crate) async fn tend_left_behind(run: &Run<'_>) {
                     run.report().deleted_by_hand += 1;
                 }
             }
+        }
+    }
+}
+
+/// A WorkerDeployment being deleted that keeps versions on a previous connection (its
+/// Connection's auth mode switched while it drained): the person deletes each named one's
+/// Deployment once Temporal, where it polls, reports it Drained.
+async fn tend_previous_connection(run: &Run<'_>, name: &str) {
+    let Ok(Some(wd)) = run.wds().get_opt(name).await else {
+        return;
+    };
+    if wd.metadata.deletion_timestamp.is_none() {
+        return;
+    }
+    let message = wd
+        .status
+        .iter()
+        .flat_map(|s| s.conditions.iter())
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.message.clone())
+        .unwrap_or_default();
+    if !message.contains("(its workers use a previous connection") {
+        return;
+    }
+    let Some(view) = run.describe(name).await else {
+        return;
+    };
+    for (build, status) in &view.versions {
+        if !matches!(status, Status::Drained)
+            || !message.contains(&format!("{build} (its workers use a previous connection"))
+        {
+            continue;
+        }
+        let deployment = build_id::deployment_name(name, build);
+        if matches!(run.deployments().get_opt(&deployment).await, Ok(Some(_)))
+            && run
+                .deployments()
+                .delete(&deployment, &DeleteParams::default())
+                .await
+                .is_ok()
+        {
+            println!("   by hand: deleted {deployment}, kept on a previous connection, Drained");
+            run.report().deleted_by_hand += 1;
         }
     }
 }
