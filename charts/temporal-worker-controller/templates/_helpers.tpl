@@ -68,7 +68,7 @@ hack/generate.sh), by kind and generated name: include "twc.generatedRules" (lis
 {{- end }}
 {{- /* A rule naming the controller's own Role and RoleBinding names the release's. */ -}}
 {{- range $rules }}
-{{- if hasKey . "resourceNames" }}
+{{- if has "temporal-worker-controller" (get . "resourceNames" | default list) }}
 {{- $_ := set . "resourceNames" (list (include "twc.fullname" $ctx)) }}
 {{- end }}
 {{- end }}

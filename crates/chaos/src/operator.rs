@@ -34,16 +34,7 @@ pub(crate) async fn tend_left_behind(run: &Run<'_>) {
                     continue;
                 }
                 let deployment = build_id::deployment_name(name, build);
-                if matches!(run.deployments().get_opt(&deployment).await, Ok(Some(_)))
-                    && run
-                        .deployments()
-                        .delete(&deployment, &DeleteParams::default())
-                        .await
-                        .is_ok()
-                {
-                    println!("   by hand: deleted {deployment}, {status:?} at {place}");
-                    run.report().deleted_by_hand += 1;
-                }
+                delete_by_hand(run, &deployment, &format!("{status:?} at {place}")).await;
             }
         }
     }
@@ -79,15 +70,21 @@ async fn tend_previous_connection(run: &Run<'_>, name: &str) {
             continue;
         }
         let deployment = build_id::deployment_name(name, build);
-        if matches!(run.deployments().get_opt(&deployment).await, Ok(Some(_)))
-            && run
-                .deployments()
-                .delete(&deployment, &DeleteParams::default())
-                .await
-                .is_ok()
-        {
-            println!("   by hand: deleted {deployment}, kept on a previous connection, Drained");
-            run.report().deleted_by_hand += 1;
-        }
+        delete_by_hand(run, &deployment, "kept on a previous connection, Drained").await;
+    }
+}
+
+/// Deletes versioned Deployment `deployment` if it is there, as a person would (`why`: what
+/// made it safe), and counts it.
+async fn delete_by_hand(run: &Run<'_>, deployment: &str, why: &str) {
+    if matches!(run.deployments().get_opt(deployment).await, Ok(Some(_)))
+        && run
+            .deployments()
+            .delete(deployment, &DeleteParams::default())
+            .await
+            .is_ok()
+    {
+        println!("   by hand: deleted {deployment}, {why}");
+        run.report().deleted_by_hand += 1;
     }
 }

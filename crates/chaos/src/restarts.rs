@@ -65,12 +65,7 @@ impl Renewals {
         let before = list
             .items
             .iter()
-            .filter(|d| running(d))
-            .filter(|d| {
-                worker_env(d)
-                    .iter()
-                    .any(|e| e.name == "TEMPORAL_TLS_CLIENT_CERT_PATH")
-            })
+            .filter(|d| running(d) && reads_client_certificate(d))
             .filter_map(|d| {
                 let (digest, _) = annotation_and_template(d, CREDENTIALS_DIGEST);
                 Some((d.name_any(), digest?))
@@ -112,6 +107,14 @@ impl Renewals {
             .iter()
             .all(|r| r.judged)
     }
+}
+
+/// Whether the workers of `d` read the client certificate (mutual TLS; one on an API key reads
+/// only the Secret's `ca.crt`, which a renewal leaves as it was).
+pub(crate) fn reads_client_certificate(d: &Deployment) -> bool {
+    worker_env(d)
+        .iter()
+        .any(|e| e.name == "TEMPORAL_TLS_CLIENT_CERT_PATH")
 }
 
 fn running(d: &Deployment) -> bool {

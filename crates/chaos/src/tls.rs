@@ -13,7 +13,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::Secret;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, Patch, PatchParams};
@@ -171,31 +170,19 @@ async fn digests(run: &Run<'_>) -> anyhow::Result<Vec<(String, Option<String>, b
         .iter()
         .filter(|d| d.metadata.deletion_timestamp.is_none())
         .filter(|d| d.spec.as_ref().and_then(|s| s.replicas) != Some(0))
-        .filter(|d| {
-            twc_testenv::deployments::worker_env(d)
-                .iter()
-                .any(|e| e.name == "TEMPORAL_TLS_CLIENT_CERT_PATH")
-        })
+        .filter(|d| crate::restarts::reads_client_certificate(d))
         .map(|d| {
             let digest = d
                 .annotations()
                 .get(twc_api::labels::CREDENTIALS_DIGEST)
                 .cloned();
-            (d.name_any(), digest, rolled_out(d))
+            (
+                d.name_any(),
+                digest,
+                twc_testenv::deployments::rolled_out(d),
+            )
         })
         .collect())
-}
-
-/// Whether every pod of `d` runs its current template and is ready.
-fn rolled_out(d: &Deployment) -> bool {
-    let (Some(spec), Some(status)) = (d.spec.as_ref(), d.status.as_ref()) else {
-        return false;
-    };
-    let wanted = spec.replicas.unwrap_or(1);
-    status.observed_generation >= d.metadata.generation
-        && status.updated_replicas.unwrap_or(0) >= wanted
-        && status.replicas.unwrap_or(0) == status.updated_replicas.unwrap_or(0)
-        && status.ready_replicas.unwrap_or(0) >= wanted
 }
 
 /// The fault: the client certificates move to a new CA, and the old one stops being trusted.

@@ -133,15 +133,10 @@ async fn deleting_a_watched_namespace_is_never_held_by_rights_deleted_with_it() 
     })
     .await?;
 
-    let namespaces = Api::<Namespace>::all(admin.clone());
-    namespaces.delete(&a, &DeleteParams::default()).await?;
-    twc_testenv::wait_for(&format!("namespace {a} gone"), ROLLOUT, || async {
-        match namespaces.get_opt(&a).await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(n) => Err(format!("{:?}", n.status.and_then(|s| s.conditions))),
-        }
-    })
-    .await?;
+    Api::<Namespace>::all(admin.clone())
+        .delete(&a, &DeleteParams::default())
+        .await?;
+    wait_namespace_gone(&admin, &a, ROLLOUT).await?;
     // The namespace refuses new Events once it is being deleted: what the cleanup left in
     // Temporal is named in the controller's log instead.
     let logs = capture_logs();

@@ -525,11 +525,6 @@ pub async fn gate_input(
     Ok(None)
 }
 
-/// Whether namespace `ns` is being deleted (a read of its metadata; not known is no).
-pub(super) async fn namespace_terminating(ctx: &Context, ns: &str) -> bool {
-    crate::rights::terminating(&ctx.client, ns).await
-}
-
 #[cfg(test)]
 mod tests {
     use futures::executor::block_on;

@@ -285,14 +285,9 @@ async fn deleting_a_namespace_is_never_held_by_a_cleanup_that_cannot_run() -> Te
     w.connection(&ns, "c").await;
     w.worker_deployment(&ns, "w", by_name("c"), "v1").await;
     wait_wd(&client, &ns, "w", "rolled out", ROLLOUT, rolled_out).await;
-    let namespaces = Api::<Namespace>::all(client.clone());
-    namespaces.delete(&ns, &DeleteParams::default()).await?;
-    twc_testenv::wait_for(&format!("namespace {ns} gone"), ROLLOUT, || async {
-        match namespaces.get_opt(&ns).await.map_err(|e| e.to_string())? {
-            None => Ok(()),
-            Some(n) => Err(format!("{:?}", n.status.and_then(|s| s.conditions))),
-        }
-    })
-    .await?;
+    Api::<Namespace>::all(client.clone())
+        .delete(&ns, &DeleteParams::default())
+        .await?;
+    wait_namespace_gone(&client, &ns, ROLLOUT).await?;
     Ok(())
 }

@@ -186,3 +186,20 @@ pub fn connection_ready(
         .find(|c| c.type_ == "Ready")
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
 }
+
+/// Waits until namespace `ns` is gone (deleted and finalized); fails naming its conditions.
+pub async fn wait_namespace_gone(
+    client: &Client,
+    ns: &str,
+    timeout: Duration,
+) -> super::TestResult {
+    let namespaces = Api::<k8s_openapi::api::core::v1::Namespace>::all(client.clone());
+    wait_for(&format!("namespace {ns} gone"), timeout, || async {
+        match namespaces.get_opt(ns).await.map_err(|e| e.to_string())? {
+            None => Ok(()),
+            Some(n) => Err(format!("{:?}", n.status.and_then(|s| s.conditions))),
+        }
+    })
+    .await?;
+    Ok(())
+}

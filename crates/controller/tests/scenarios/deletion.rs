@@ -18,12 +18,7 @@ use crate::harness::*;
 /// controller then deletes the versions and the worker deployment too).
 pub async fn deletion_sets_current_to_unversioned(w: &'static World) {
     let mut s = Scenario::new(w, "deletion-unversioned").await;
-    s.create(s.spec(manual(), &image("v1.0"))).await;
-    let v1 = s.existing_version(&image("v1.0"), 1).await;
-    let v2 = s.existing_version(&image("v2.0"), 1).await;
-    s.wait_registered(&[&v1, &v2]).await;
-    s.set_current(&v1).await;
-    s.set_ramping(&v2, 50.0).await;
+    let (v1, v2) = s.v1_current_v2_ramping().await;
     s.connect().await;
     s.wait_status(
         &Expect::target(&v1, Current)

@@ -201,6 +201,18 @@ impl Scenario {
         wd
     }
 
+    /// A Manual WorkerDeployment whose v1.0 is current and v2.0 ramping at 50%, set by
+    /// someone else (both running, one replica each); returns their build IDs.
+    pub async fn v1_current_v2_ramping(&mut self) -> (String, String) {
+        self.create(self.spec(manual(), &image("v1.0"))).await;
+        let v1 = self.existing_version(&image("v1.0"), 1).await;
+        let v2 = self.existing_version(&image("v2.0"), 1).await;
+        self.wait_registered(&[&v1, &v2]).await;
+        self.set_current(&v1).await;
+        self.set_ramping(&v2, 50.0).await;
+        (v1, v2)
+    }
+
     /// An older version's Deployment, exactly as the controller would have made it for the
     /// template with `image` (TWC's `WithExistingDeployments`), running real workers. Returns
     /// its build ID.

@@ -177,12 +177,7 @@ pub async fn a_template_whose_build_id_is_taken_gets_its_own(w: &'static World) 
 /// version with nothing routed to it is one the controller may scale down and delete).
 pub async fn a_version_demoted_from_ramping_is_never_inactive(w: &'static World) {
     let mut s = Scenario::new(w, "demoted-ramp").await;
-    s.create(s.spec(manual(), &image("v1.0"))).await;
-    let v1 = s.existing_version(&image("v1.0"), 1).await;
-    let v2 = s.existing_version(&image("v2.0"), 1).await;
-    s.wait_registered(&[&v1, &v2]).await;
-    s.set_current(&v1).await;
-    s.set_ramping(&v2, 50.0).await;
+    let (_, v2) = s.v1_current_v2_ramping().await;
     twc_testenv::temporal::start_workflow_pinned(
         &s.temporal,
         &s.temporal_ns,

@@ -87,7 +87,7 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         // namespace Terminating for ever. What is left in Temporal is said.
         Err(e)
             if e.is_permanent_in_dying_namespace()
-                && super::observe::namespace_terminating(ctx, &ns).await =>
+                && crate::rights::terminating(&ctx.client, &ns).await =>
         {
             ctx.event(
                 wd,
