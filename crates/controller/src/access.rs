@@ -58,7 +58,8 @@ pub fn forbidden_message(e: &kube::Error) -> Option<String> {
     }
 }
 
-fn watch_forbidden(e: &watcher::Error) -> Option<String> {
+/// The apiserver's message if a watch met a Forbidden answer.
+pub fn watch_forbidden(e: &watcher::Error) -> Option<String> {
     match e {
         watcher::Error::InitialListFailed(e)
         | watcher::Error::WatchStartFailed(e)

@@ -191,6 +191,12 @@ impl Error {
         )
     }
 
+    /// Temporal refused the credentials of a call (`Unauthenticated`, `PermissionDenied`).
+    pub fn is_refused_credentials(&self) -> bool {
+        matches!(self, Error::Temporal { code, .. }
+            if matches!(code, tonic::Code::Unauthenticated | tonic::Code::PermissionDenied))
+    }
+
     /// Temporal refused a call for its rate limits (`ResourceExhausted`).
     pub fn is_rate_limited(&self) -> bool {
         matches!(self, Error::Temporal { code, .. } if *code == tonic::Code::ResourceExhausted)

@@ -85,31 +85,45 @@ async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestRe
 /// controller keeps them (a finalizer of its own) until its WorkerDeployments there are cleaned
 /// up, so the namespace goes away. Before: every call got 403 once they were gone, the
 /// WorkerDeployment's finalizer stayed and the namespace stayed Terminating.
+///
+/// The credential Secret goes with the namespace too, usually before the cleanup is done: the
+/// controller cleans Temporal up with the client it dialled before (before: the worker
+/// deployment was left in Temporal on every namespace deletion, as the chaos run found). A
+/// controller that has no such client (restarted once the Secret was gone) names what it leaves
+/// in its log. And a watched namespace that is not there is read as empty: the restarted
+/// controller syncs its caches (before: its watches there met Forbidden for ever and it never
+/// started), and the running one stays ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deleting_a_watched_namespace_is_never_held_by_rights_deleted_with_it() -> TestResult {
-    use k8s_openapi::api::core::v1::Namespace;
+    use k8s_openapi::api::core::v1::{Namespace, Secret};
     use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
     use kube::api::{Api, DeleteParams};
     let w = world(false).await?;
     let admin = w.client().await;
     let system = w.env.namespace("twc-system").await?;
     let a = w.tenant("scoped-gone").await;
+    let b = w.tenant("scoped-restarted").await;
     let sa_client = client_with_generated_rbac(
         w,
         "namespaced.yaml",
         &system,
         "controller",
-        std::slice::from_ref(&a),
+        &[a.clone(), b.clone()],
     )
     .await;
     let mut config = test_config();
-    config.watch_namespaces = vec![a.clone()];
-    let (_, fut) = prepare(sa_client, config).await;
-    let _controller = tokio::spawn(fut);
-    w.connection(&a, "temporal").await;
-    w.worker_deployment(&a, "w", by_name("temporal"), "v1")
-        .await;
-    wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
+    config.watch_namespaces = vec![a.clone(), b.clone()];
+    let (handle, fut) = prepare(sa_client.clone(), config.clone()).await;
+    let controller = tokio::spawn(fut);
+    let mut temporal_ns = Vec::new();
+    for ns in [&a, &b] {
+        w.connection(ns, "temporal").await;
+        let wd = w
+            .worker_deployment(ns, "w", by_name("temporal"), "v1")
+            .await;
+        temporal_ns.push(wd.spec.worker_options.temporal_namespace);
+        wait_wd(&admin, ns, "w", "rolled out", ROLLOUT, rolled_out).await;
+    }
     let name = twc_controller::rbac::NAME;
     let held = |finalizers: Option<Vec<String>>| {
         finalizers
@@ -133,10 +147,44 @@ async fn deleting_a_watched_namespace_is_never_held_by_rights_deleted_with_it() 
     })
     .await?;
 
-    Api::<Namespace>::all(admin.clone())
-        .delete(&a, &DeleteParams::default())
-        .await?;
+    let namespaces = Api::<Namespace>::all(admin.clone());
+    namespaces.delete(&a, &DeleteParams::default()).await?;
     wait_namespace_gone(&admin, &a, ROLLOUT).await?;
+    let temporal = w.env.temporal.connect().await?;
+    let describe = |ns: String, temporal_ns: String| {
+        let temporal = temporal.clone();
+        async move {
+            let deployment = twc_controller::plan::build_id::temporal_deployment_name(&ns, "w");
+            twc_controller::temporal::describe(&temporal, &temporal_ns, &deployment).await
+        }
+    };
+    // A watched namespace that is not there holds nothing: not a lost permission (`/readyz`
+    // stays ready) once its watches meet Forbidden (the Role went with it).
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    assert_eq!(handle.access.state(), Ok(()));
+    let left = describe(a.clone(), temporal_ns[0].clone()).await?;
+    assert!(
+        !left.exists,
+        "namespace {a} is gone, but Temporal keeps its worker deployment: {:?}",
+        left.versions.keys()
+    );
+
+    // A controller without the client: stopped, the namespace deleted, started again once the
+    // Secret is gone.
+    controller.abort();
+    let _ = controller.await;
+    namespaces.delete(&b, &DeleteParams::default()).await?;
+    let secrets = Api::<Secret>::namespaced(admin.clone(), &b);
+    twc_testenv::wait_for("the Secret gone with the namespace", QUICK, || async {
+        match secrets.get_opt(MTLS_SECRET).await {
+            Ok(None) => Ok(()),
+            other => Err(format!("{other:?}")),
+        }
+    })
+    .await?;
+    let (_, fut) = prepare(sa_client, config).await;
+    let _controller = tokio::spawn(fut);
+    wait_namespace_gone(&admin, &b, ROLLOUT).await?;
     // The namespace refuses new Events once it is being deleted: what the cleanup left in
     // Temporal is named in the controller's log instead.
     let logs = capture_logs();
@@ -144,10 +192,11 @@ async fn deleting_a_watched_namespace_is_never_held_by_rights_deleted_with_it() 
         String::from_utf8_lossy(&logs.lock().map(|l| l.clone()).unwrap_or_default()).to_string();
     assert!(
         text.lines().any(|l| l.contains("CleanupSkipped")
-            && l.contains(&format!("Temporal worker deployment {a}/w"))
+            && l.contains(&format!("Temporal worker deployment {b}/w"))
             && l.contains("is left as it is")),
         "what was left in Temporal is not named in the log"
     );
+    assert!(describe(b.clone(), temporal_ns[1].clone()).await?.exists);
     Ok(())
 }
 

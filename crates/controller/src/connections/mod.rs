@@ -189,6 +189,28 @@ pub fn secret_names(spec: &ConnectionSpec) -> Vec<String> {
     names
 }
 
+/// The client the pool still holds for `spec` in `temporal_namespace`, dialled with
+/// `namespace`'s Secrets whatever their versions, and its key: for the cleanup of a namespace
+/// being deleted, whose Secrets Kubernetes takes in no set order. Reads no Secret; a client
+/// dialled with another namespace's Secrets never matches.
+pub fn dialled_before(
+    pool: &ClientPool,
+    spec: &ConnectionSpec,
+    namespace: &str,
+    temporal_namespace: &str,
+) -> Option<(TemporalConnection, PoolKey)> {
+    let secrets = secret_names(spec)
+        .into_iter()
+        .map(|name| SecretVersion {
+            namespace: namespace.to_string(),
+            name,
+            resource_version: String::new(),
+        })
+        .collect();
+    let key = PoolKey::new(spec, temporal_namespace, secrets);
+    pool.dialled_with_any_version(&key, SystemTime::now())
+}
+
 /// A Temporal client for `wd` through the connection `spec`, from the pool or freshly dialled. Secrets
 /// are read from `namespace` (the WorkerDeployment's) and nowhere else. `secret_meta` (a
 /// metadata-only watch cache of Secrets) supplies resourceVersions for the pool key, so a

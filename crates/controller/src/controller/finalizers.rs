@@ -17,7 +17,7 @@ use twc_api::{ClusterConnection, Connection};
 
 use super::caches::ScopeCaches;
 use super::triggers::SpecChanges;
-use super::{Shared, api, watch_config};
+use super::{Shared, watch, watch_config};
 use crate::connections::{ConnKey, finalizer};
 use crate::scoped::trim;
 
@@ -36,8 +36,7 @@ pub(super) fn connections(
         shared.index.clone(),
         SpecChanges::default(),
     );
-    let connections = watcher::watcher(api::<Connection>(&shared.client, scope), watch_config())
-        .default_backoff()
+    let connections = watch::<Connection>(&shared.client, scope, watch_config())
         .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());

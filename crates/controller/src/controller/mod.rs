@@ -6,6 +6,7 @@
 //! that use them through the usage index (no list call per event); events of
 //! WorkerDeployments are mapped to the connections whose finalizer may change.
 
+mod absent;
 mod caches;
 mod finalizers;
 mod templates;
@@ -109,6 +110,26 @@ fn watch_config() -> watcher::Config {
 
 /// How often permissions lost while running are asked about again.
 const ACCESS_RECHECK: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// The watch of `K` in `scope`, retried with kube's backoff; in a watched namespace that is not
+/// there, read as empty ([`absent`]).
+fn watch<K>(
+    client: &Client,
+    scope: &Scope,
+    config: watcher::Config,
+) -> futures::stream::BoxStream<'static, Result<watcher::Event<K>, watcher::Error>>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+        + Send
+        + 'static,
+{
+    use kube::runtime::WatchStreamExt as _;
+    let stream = watcher::watcher(api::<K>(client, scope), config).default_backoff();
+    absent::empty_while_absent(stream, client.clone(), scope.clone())
+}
 
 fn api<K>(client: &Client, scope: &Scope) -> Api<K>
 where

@@ -9,14 +9,13 @@ use kube::ResourceExt;
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, store::Writer};
-use kube::runtime::watcher;
 use tokio::sync::mpsc::{UnboundedReceiver, unbounded_channel};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use twc_api::WorkerResourceTemplate;
 
 use super::caches::ScopeCaches;
 use super::triggers::SpecChanges;
-use super::{Shared, api, watch_config};
+use super::{Shared, watch, watch_config};
 use crate::scoped::{Scoped, Synced, trim};
 use crate::workerdeployment;
 
@@ -82,46 +81,42 @@ pub(super) fn controller(
     wrt_ctx: Arc<crate::wrt::Context>,
 ) -> BoxFuture<'static, ()> {
     let (access, scope) = (&shared.access, &cache.scope);
-    let wrts = watcher::watcher(
-        api::<WorkerResourceTemplate>(&shared.client, scope),
-        watch_config(),
-    )
-    .default_backoff()
-    .modify(trim)
-    .inspect({
-        let (access, sc) = (access.clone(), scope.clone());
-        move |item| {
-            access.saw(
-                twc_api::GROUP,
-                "workerresourcetemplates",
-                sc.as_deref(),
-                item,
-            )
-        }
-    })
-    .inspect_ok({
-        let names = cache.template_names.clone();
-        move |ev| names.apply(ev)
-    })
-    .reflect(writer)
-    .inspect_ok({
-        let wrt_ctx = wrt_ctx.clone();
-        move |ev| wrt_ctx.own.seen(ev)
-    })
-    .inspect_ok({
-        // A template that scales the versions takes `replicas` over: its WorkerDeployment
-        // re-plans on the template's creation, spec changes and deletion.
-        let (s, spec_changes) = (shared.senders.clone(), SpecChanges::default());
-        move |ev| {
-            for t in spec_changes.changed(ev) {
-                if let Some(wd) = t.spec.worker_deployment_name() {
-                    s.workers([(t.namespace().unwrap_or_default(), wd.to_string())]);
+    let wrts = watch::<WorkerResourceTemplate>(&shared.client, scope, watch_config())
+        .modify(trim)
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| {
+                access.saw(
+                    twc_api::GROUP,
+                    "workerresourcetemplates",
+                    sc.as_deref(),
+                    item,
+                )
+            }
+        })
+        .inspect_ok({
+            let names = cache.template_names.clone();
+            move |ev| names.apply(ev)
+        })
+        .reflect(writer)
+        .inspect_ok({
+            let wrt_ctx = wrt_ctx.clone();
+            move |ev| wrt_ctx.own.seen(ev)
+        })
+        .inspect_ok({
+            // A template that scales the versions takes `replicas` over: its WorkerDeployment
+            // re-plans on the template's creation, spec changes and deletion.
+            let (s, spec_changes) = (shared.senders.clone(), SpecChanges::default());
+            move |ev| {
+                for t in spec_changes.changed(ev) {
+                    if let Some(wd) = t.spec.worker_deployment_name() {
+                        s.workers([(t.namespace().unwrap_or_default(), wd.to_string())]);
+                    }
                 }
             }
-        }
-    })
-    .touched_objects()
-    .predicate_filter(crate::wrt::predicate, Default::default());
+        })
+        .touched_objects()
+        .predicate_filter(crate::wrt::predicate, Default::default());
     Box::pin(
         Controller::for_stream(wrts, cache.templates.clone())
             .with_config(shared.ctrl_config.clone())

@@ -15,7 +15,7 @@ use twc_api::{ConnectionKind, labels};
 
 use super::caches::ScopeCaches;
 use super::triggers::objects;
-use super::{Shared, api, watch_config};
+use super::{Shared, watch, watch_config};
 use crate::connections::{self, ConnectionStores};
 use crate::scoped::trim;
 use crate::worker_pods::CachedPod;
@@ -30,37 +30,33 @@ pub(super) fn secrets(
 ) -> BoxFuture<'static, ()> {
     let (client, access, scope) = (&shared.client, &shared.access, &cache.scope);
     let (s, idx, st) = (shared.senders.clone(), shared.index.clone(), stores.clone());
-    let secrets = watcher::watcher(
-        api::<PartialObjectMeta<Secret>>(client, scope),
-        watch_config(),
-    )
-    .default_backoff()
-    .modify(trim)
-    .inspect({
-        let (access, sc) = (access.clone(), scope.clone());
-        move |item| access.saw("", "secrets", sc.as_deref(), item)
-    })
-    .reflect(writer)
-    .inspect_ok(move |ev| {
-        for secret in objects(ev) {
-            let ns = secret.namespace().unwrap_or_default();
-            let name = secret.name_any();
-            let users = idx.users_in_namespace(&ns).into_iter().filter(|(_, conn)| {
-                let spec = match conn.kind {
-                    ConnectionKind::Connection => {
-                        st.connections.get(&ns, &conn.name).map(|c| c.spec.clone())
-                    }
-                    ConnectionKind::ClusterConnection => st
-                        .cluster_connections
-                        .as_ref()
-                        .and_then(|c| c.get(&ObjectRef::new(&conn.name)))
-                        .map(|c| c.spec.connection.clone()),
-                };
-                spec.is_some_and(|spec| connections::secret_names(&spec).contains(&name))
-            });
-            s.workers(users.map(|(wd, _)| wd));
-        }
-    });
+    let secrets = watch::<PartialObjectMeta<Secret>>(client, scope, watch_config())
+        .modify(trim)
+        .inspect({
+            let (access, sc) = (access.clone(), scope.clone());
+            move |item| access.saw("", "secrets", sc.as_deref(), item)
+        })
+        .reflect(writer)
+        .inspect_ok(move |ev| {
+            for secret in objects(ev) {
+                let ns = secret.namespace().unwrap_or_default();
+                let name = secret.name_any();
+                let users = idx.users_in_namespace(&ns).into_iter().filter(|(_, conn)| {
+                    let spec = match conn.kind {
+                        ConnectionKind::Connection => {
+                            st.connections.get(&ns, &conn.name).map(|c| c.spec.clone())
+                        }
+                        ConnectionKind::ClusterConnection => st
+                            .cluster_connections
+                            .as_ref()
+                            .and_then(|c| c.get(&ObjectRef::new(&conn.name)))
+                            .map(|c| c.spec.connection.clone()),
+                    };
+                    spec.is_some_and(|spec| connections::secret_names(&spec).contains(&name))
+                });
+                s.workers(users.map(|(wd, _)| wd));
+            }
+        });
     Box::pin(secrets.for_each(|_| async {}))
 }
 
@@ -73,11 +69,11 @@ pub(super) fn worker_pods(
     cache: &ScopeCaches,
     writer: Writer<CachedPod>,
 ) -> BoxFuture<'static, ()> {
-    let pods = watcher::watcher(
-        api::<CachedPod>(&shared.client, &cache.scope),
+    let pods = watch::<CachedPod>(
+        &shared.client,
+        &cache.scope,
         watch_config().labels(labels::DEPLOYMENT_NAME),
     )
-    .default_backoff()
     .inspect_err(|e| tracing::debug!("the worker pods' watch: {e}"))
     .inspect_ok({
         let names = cache.pod_names.clone();

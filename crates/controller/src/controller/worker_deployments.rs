@@ -9,7 +9,7 @@ use futures::{StreamExt, TryStreamExt};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::Controller;
 use kube::runtime::reflector::{ObjectRef, store::Writer};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::Event;
 use kube::{Client, ResourceExt};
 use tokio::sync::mpsc::UnboundedReceiver;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -17,7 +17,7 @@ use twc_api::labels;
 
 use super::caches::{ScopeCaches, indexed, scoped};
 use super::triggers::{Senders, deployment_predicate, key_of, wd_predicate};
-use super::{Config, Shared, api, watch_config};
+use super::{Config, Shared, watch, watch_config};
 use crate::cached::CachedWorkerDeployment;
 use crate::children::CachedDeployment;
 use crate::connections::ConnectionStores;
@@ -149,11 +149,11 @@ pub(super) fn controller(
 
     // Versioned Deployments (only ours, by label).
     let t = wrt_triggers.clone();
-    let deployments = watcher::watcher(
-        api::<CachedDeployment>(client, scope),
+    let deployments = watch::<CachedDeployment>(
+        client,
+        scope,
         watch_config().labels(labels::DEPLOYMENT_NAME),
     )
-    .default_backoff()
     .modify(trim)
     .inspect({
         let (access, sc) = (access.clone(), scope.clone());
@@ -187,8 +187,7 @@ pub(super) fn controller(
     // WorkerDeployments: the index sees every event first.
     let (s, idx, sc) = (shared.senders.clone(), shared.index.clone(), scope.clone());
     // Cached with the pod template as JSON (`cached`).
-    let wds = watcher::watcher(api::<CachedWorkerDeployment>(client, scope), watch_config())
-        .default_backoff()
+    let wds = watch::<CachedWorkerDeployment>(client, scope, watch_config())
         .modify(trim)
         .inspect({
             let (access, sc) = (access.clone(), scope.clone());

@@ -127,6 +127,37 @@ impl ClientPool {
         }
     }
 
+    /// The pooled client for `key`'s address, server name, Temporal namespace, auth and
+    /// Secrets (by namespace and name) whatever versions of the Secrets it was dialled with,
+    /// and its key; None when there is none, or its client certificate expired at `now`.
+    pub fn dialled_with_any_version(
+        &self,
+        key: &PoolKey,
+        now: SystemTime,
+    ) -> Option<(Connection, PoolKey)> {
+        let entries = self.entries.lock().ok()?;
+        let same_secrets = |k: &PoolKey| {
+            k.secrets.len() == key.secrets.len()
+                && k.secrets
+                    .iter()
+                    .zip(&key.secrets)
+                    .all(|(a, b)| a.namespace == b.namespace && a.name == b.name)
+        };
+        entries
+            .iter()
+            .filter(|(k, _)| {
+                k.host_port == key.host_port
+                    && k.tls_server_name == key.tls_server_name
+                    && k.temporal_namespace == key.temporal_namespace
+                    && k.auth_mode == key.auth_mode
+                    && k.credential_key == key.credential_key
+                    && same_secrets(k)
+            })
+            .filter(|(_, e)| e.not_after.is_none_or(|t| now < t))
+            .max_by_key(|(_, e)| e.used_at)
+            .map(|(k, e)| (e.connection.clone(), k.clone()))
+    }
+
     /// When the client certificate of the pooled client for `key` expires (mTLS only).
     pub fn not_after(&self, key: &PoolKey) -> Option<SystemTime> {
         self.entries.lock().ok()?.get(key)?.not_after

@@ -38,6 +38,37 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     if !wd.finalizers().iter().any(|f| f == FINALIZER) {
         return Ok(Action::await_change());
     }
+    let mut dialled_before = None;
+    match clean(wd, ctx, &mut dialled_before).await {
+        // The namespace is being deleted and Temporal now refuses the credentials the
+        // controller had before its Secrets went: as when it had none, what is left is said.
+        Err(e) if e.is_refused_credentials() && dialled_before.is_some() => {
+            let ns = wd.namespace().unwrap_or_default();
+            let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
+            let temporal_ns = &wd.spec.worker_options.temporal_namespace;
+            let why = dialled_before.unwrap_or_default();
+            ctx.event(
+                wd,
+                EventType::Warning,
+                "CleanupSkipped",
+                format!(
+                    "{why}; namespace {ns} is being deleted and Temporal refuses the credentials the controller had before ({e}): Temporal worker deployment {deployment_name} in Temporal namespace {temporal_ns} is left as it is"
+                ),
+            )
+            .await;
+            let_go(wd, ctx).await
+        }
+        other => other,
+    }
+}
+
+/// [`cleanup`]; `dialled_before` is set (to why) when it cleans up with the client the
+/// controller dialled before the namespace being deleted lost what it needs.
+async fn clean(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    dialled_before: &mut Option<String>,
+) -> Result<Action> {
     let ns = wd.namespace().unwrap_or_default();
     let temporal_ns = wd.spec.worker_options.temporal_namespace.clone();
     let deployment_name = build_id::temporal_deployment_name(&ns, &wd.name_any());
@@ -83,22 +114,37 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             None
         }
         // The whole namespace is being deleted: Kubernetes takes its workers and its Secrets
-        // whatever the controller does, and a cleanup that needs those Secrets would hold the
-        // namespace Terminating for ever. What is left in Temporal is said.
+        // whatever the controller does, usually before the cleanup is done. The client the
+        // controller dialled with those Secrets before cleans up; without one, a cleanup that
+        // needs them would hold the namespace Terminating for ever: what is left in Temporal
+        // is said.
         Err(e)
             if e.is_permanent_in_dying_namespace()
                 && crate::rights::terminating(&ctx.client, &ns).await =>
         {
-            ctx.event(
-                wd,
-                EventType::Warning,
-                "CleanupSkipped",
-                format!(
-                    "{e}; namespace {ns} is being deleted, so its credentials and workers are going: Temporal worker deployment {deployment_name} in Temporal namespace {temporal_ns} is left as it is"
-                ),
-            )
-            .await;
-            None
+            match client_dialled_before(wd, ctx, &ns, &temporal_ns) {
+                Some(client) => {
+                    tracing::info!(
+                        namespace = ns,
+                        name = wd.name_any(),
+                        "{e}; namespace {ns} is being deleted: Temporal is cleaned up with the client dialled before"
+                    );
+                    *dialled_before = Some(e.to_string());
+                    Some(client)
+                }
+                None => {
+                    ctx.event(
+                        wd,
+                        EventType::Warning,
+                        "CleanupSkipped",
+                        format!(
+                            "{e}; namespace {ns} is being deleted, so its credentials and workers are going: Temporal worker deployment {deployment_name} in Temporal namespace {temporal_ns} is left as it is"
+                        ),
+                    )
+                    .await;
+                    None
+                }
+            }
         }
         Err(e) if abandon => {
             ctx.event(
@@ -272,6 +318,11 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
             }
         }
     }
+    let_go(wd, ctx).await
+}
+
+/// Drops the controller's finalizer: the WorkerDeployment goes.
+async fn let_go(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
     let finalizers: Vec<String> = wd
         .finalizers()
         .iter()
@@ -286,6 +337,20 @@ pub async fn cleanup(wd: &WorkerDeployment, ctx: &Context) -> Result<Action> {
         }
         Swap::Stale => Action::requeue(STALE_RETRY),
     })
+}
+
+/// The client the controller dialled for `wd`'s connection with its namespace's Secrets as
+/// they were, if the pool still holds one whose certificate has not expired (the connection
+/// must still resolve, and allow it).
+fn client_dialled_before(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    ns: &str,
+    temporal_ns: &str,
+) -> Option<(TemporalConnection, PoolKey, connections::Resolved)> {
+    let resolved = connections::resolve(wd, &ctx.stores).ok()?;
+    let (conn, key) = connections::dialled_before(&ctx.pool, &resolved.spec, ns, temporal_ns)?;
+    Some((conn, key, resolved))
 }
 
 /// A Temporal client for `wd`'s cleanup through the connection it references now, with that
