@@ -31,6 +31,8 @@ pub(crate) async fn delete_and_recreate(
     round: usize,
 ) -> anyhow::Result<()> {
     let name = &run.names[i];
+    // Never while the namespace is deleted and created again.
+    let _whole = run.namespace_lock.lock().await;
     let down = rng.between(0, 1) == 1;
     let fault = if down {
         Fault::DeleteWhileControllerDown

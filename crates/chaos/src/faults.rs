@@ -47,6 +47,9 @@ pub(crate) enum Fault {
     /// The leader paused (SIGSTOP) until the standby took over, then woken (SIGCONT) after
     /// its lease expired: two replicas that each believed they lead, one of them stale.
     PausedLeader,
+    /// Namespace-scoped install only: the watched namespace deleted with everything in it,
+    /// then created again as a GitOps tool would (`namespace_gone.rs`).
+    WatchedNamespaceDeleted,
     /// Injected by the driver: a WorkerDeployment deleted while its previous version drains a
     /// pinned workflow, then created again.
     DeleteWhileDraining,
@@ -59,8 +62,8 @@ pub(crate) enum Fault {
 }
 
 impl Fault {
-    /// With a real node: every fault, the node's own last.
-    pub(crate) const REAL_NODE: [Fault; 18] = [
+    /// Every fault, in the report's order.
+    const EVERY: [Fault; 19] = [
         Fault::ControllerKill,
         Fault::LeaderFailover,
         Fault::ApiserverRestart,
@@ -75,22 +78,32 @@ impl Fault {
         Fault::NamespaceChange,
         Fault::ServerChange,
         Fault::PausedLeader,
+        Fault::WatchedNamespaceDeleted,
         Fault::DeleteWhileDraining,
         Fault::DeleteWhileControllerDown,
         Fault::WorkerContainerKill,
         Fault::KubeletRestart,
     ];
-    /// With the pod runner: all but the node's own.
-    pub(crate) const ALL: &'static [Fault] = Fault::REAL_NODE.split_at(16).0;
+
+    /// The faults of a run: the node's own only on a real node; in a namespace-scoped install,
+    /// none that needs a ClusterConnection (it cannot use one) and the deletion of its watched
+    /// namespace, which only that install is judged on.
+    pub(crate) fn of_run(real_node: bool, namespace_scoped: bool) -> Vec<Fault> {
+        Fault::EVERY
+            .into_iter()
+            .filter(|f| match f {
+                Fault::WorkerContainerKill | Fault::KubeletRestart => real_node,
+                Fault::ConnectionRefChange | Fault::ServerChange => !namespace_scoped,
+                Fault::WatchedNamespaceDeleted => namespace_scoped,
+                _ => true,
+            })
+            .collect()
+    }
+
     /// The faults the injector picks from (the driver injects the deletions itself).
-    fn injected(real_node: bool) -> Vec<Fault> {
-        let all: &[Fault] = if real_node {
-            &Fault::REAL_NODE
-        } else {
-            Fault::ALL
-        };
-        all.iter()
-            .copied()
+    fn injected(real_node: bool, namespace_scoped: bool) -> Vec<Fault> {
+        Fault::of_run(real_node, namespace_scoped)
+            .into_iter()
             .filter(|f| {
                 !matches!(
                     f,
@@ -116,6 +129,7 @@ impl Fault {
             Fault::NamespaceChange => "temporalNamespace change mid-drain",
             Fault::ServerChange => "another server mid-drain",
             Fault::PausedLeader => "leader paused past its lease",
+            Fault::WatchedNamespaceDeleted => "watched namespace deleted",
             Fault::DeleteWhileDraining => "deleted while a version drains",
             Fault::DeleteWhileControllerDown => "deleted while controller down",
             Fault::WorkerContainerKill => "worker container SIGKILL",
@@ -132,7 +146,7 @@ pub(crate) async fn inject(
     every: u64,
     only: Option<&str>,
 ) {
-    let kinds: Vec<Fault> = Fault::injected(run.env.node().is_some())
+    let kinds: Vec<Fault> = Fault::injected(run.env.node().is_some(), run.namespace_scoped)
         .into_iter()
         .filter(|f| only.is_none_or(|o| o == f.name()))
         .collect();
@@ -187,6 +201,7 @@ async fn apply(
             restart_stopped(controllers)?;
         }
         Fault::PausedLeader => pause_leader(controllers, rng).await?,
+        Fault::WatchedNamespaceDeleted => crate::namespace_gone::delete_and_recreate(run).await?,
         Fault::NamespaceChange => move_away(run, rng, false).await?,
         Fault::ServerChange => move_away(run, rng, true).await?,
         Fault::ApiserverFaults => {

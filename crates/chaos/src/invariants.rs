@@ -22,6 +22,11 @@ use crate::{
 /// I2 (Draining keeps its workers), and the time to converge after each fault.
 pub(crate) async fn observe(run: &Run<'_>) {
     while !run.done.load(Ordering::SeqCst) {
+        // The namespace is being deleted and created again: its workers went with it.
+        if run.away.load(Ordering::SeqCst) {
+            tokio::time::sleep(OBSERVE_EVERY).await;
+            continue;
+        }
         let mut all_converged = true;
         for name in &run.names {
             let Some(state) = run.describe(name).await else {

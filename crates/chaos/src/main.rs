@@ -75,12 +75,14 @@ mod auth_switch;
 mod deletions;
 mod faults;
 mod invariants;
+mod namespace_gone;
 mod operator;
 mod replicas;
 mod report;
 mod restarts;
 mod rollouts;
 mod run;
+mod scoped;
 mod setup;
 mod temporal_view;
 mod tls;
@@ -171,6 +173,12 @@ struct Cli {
     /// run's few WorkerDeployments meet it.
     #[arg(long, default_value_t = 2)]
     restart_pace: usize,
+    /// Install the controller namespace-scoped: its replicas run as a ServiceAccount with the
+    /// generated namespaced RBAC and watch only the run's namespace; every WorkerDeployment is
+    /// on the namespaced Connection; the faults that need a ClusterConnection are left out and
+    /// the watched namespace is deleted and created again (`namespace_gone.rs`).
+    #[arg(long)]
+    namespace_scoped: bool,
     /// Directory for data and logs (wiped at start).
     #[arg(long, default_value = "target/chaos")]
     dir: PathBuf,
@@ -217,10 +225,18 @@ async fn main() -> anyhow::Result<()> {
     // The replicas reach the apiserver through a proxy that answers 409 and 500 on demand.
     let api_proxy = ApiProxy::start(&cp.server_url, &cp.ca_pem).await?;
     let kubeconfig = dir.join("controllers.kubeconfig");
-    api_proxy.write_kubeconfig(cp.kubeconfig(), &kubeconfig)?;
+    let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
+    let mut extra = vec![format!("--restart-pace={}", cli.restart_pace)];
+    if cli.namespace_scoped {
+        scoped::grant(&client, &ns).await?;
+        scoped::write_kubeconfig(cp, &api_proxy, &kubeconfig).await?;
+        extra.push(format!("--watch-namespaces={ns}"));
+    } else {
+        api_proxy.write_kubeconfig(cp.kubeconfig(), &kubeconfig)?;
+    }
     let controllers = Mutex::new([
-        start_replica(&kubeconfig, &dir, 0, cli.restart_pace)?,
-        start_replica(&kubeconfig, &dir, 1, cli.restart_pace)?,
+        start_replica(&kubeconfig, &dir, 0, &extra)?,
+        start_replica(&kubeconfig, &dir, 1, &extra)?,
     ]);
     wait_for_leader(&controllers, Duration::from_secs(60)).await?;
 
@@ -240,7 +256,6 @@ async fn main() -> anyhow::Result<()> {
     )
     .await?;
     let tls_address_b = tls.proxy(real_node, &server_b.address).await?;
-    let ns = twc_testenv::control_plane::create_namespace(&client, "chaos").await?;
     let temporal_ns = env.temporal().namespace().await?;
     let moved_ns = env.temporal().namespace().await?;
     let names: Vec<String> = (0..cli.worker_deployments.max(1))
@@ -267,6 +282,10 @@ async fn main() -> anyhow::Result<()> {
         report: Mutex::new(Report::default()),
         done: AtomicBool::new(false),
         spec_lock: tokio::sync::Mutex::new(()),
+        namespace_scoped: cli.namespace_scoped,
+        away: AtomicBool::new(false),
+        namespace_lock: tokio::sync::Mutex::new(()),
+        dir: dir.clone(),
     };
     setup(&run).await?;
     println!(

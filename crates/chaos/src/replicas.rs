@@ -13,23 +13,22 @@ use crate::IDENTITY;
 pub(crate) type Replica = Controller;
 
 /// Replica `i`, reaching the apiserver through `kubeconfig` (the fault-injecting proxy's),
-/// restarting at most `restart_pace` Deployments at once per place.
+/// with `extra` arguments of `twc run` (its restart pace, the namespaces it watches).
 pub(crate) fn start_replica(
     kubeconfig: &Path,
     dir: &Path,
     i: usize,
-    restart_pace: usize,
+    extra: &[String],
 ) -> anyhow::Result<Replica> {
-    let pace = format!("--restart-pace={restart_pace}");
-    let lease = [
+    let mut lease = vec![
         "--leader-election-lease-seconds",
         "6",
         "--leader-election-renew-deadline-seconds",
         "4",
         "--leader-election-retry-seconds",
         "1",
-        &pace,
     ];
+    lease.extend(extra.iter().map(String::as_str));
     Ok(Controller::start_named_via(
         kubeconfig,
         dir,

@@ -17,13 +17,18 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
     println!("\n== twc-chaos report (seed {seed})");
     println!(
-        "setup: {} WorkerDeployments x {} replica(s) of the example worker ({}), 2 controller replicas with leader election, one Temporal dev server on SQLite",
+        "setup: {} WorkerDeployments x {} replica(s) of the example worker ({}), 2 controller replicas with leader election{}, one Temporal dev server on SQLite",
         run.names.len(),
         run.replicas,
         if run.env.node().is_some() {
             "containers under containerd and a real kubelet"
         } else {
             "processes of the pod runner"
+        },
+        if run.namespace_scoped {
+            " installed namespace-scoped (a ServiceAccount with the generated namespaced RBAC, watching the run's namespace)"
+        } else {
+            ""
         }
     );
     println!(
@@ -53,13 +58,9 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
         "  {:<38} {:>5} {:>8} {:>8} {:>4} {:>4} {:>4} {:>4} {:>4}",
         "kind", "count", "p50 s", "p99 s", "I1", "I2", "I3", "I4", "I5"
     );
-    let kinds: &[Fault] = if run.env.node().is_some() {
-        &Fault::REAL_NODE
-    } else {
-        Fault::ALL
-    };
+    let kinds = Fault::of_run(run.env.node().is_some(), run.namespace_scoped);
     let rows = table(report);
-    for &kind in kinds {
+    for kind in kinds {
         let mut times: Vec<Duration> = report
             .faults
             .iter()
@@ -102,6 +103,25 @@ pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run
     );
     for note in &report.left_behind {
         println!("    {note}");
+    }
+    if run.namespace_scoped {
+        let deletions = &report.namespace_deletions;
+        println!(
+            "watched namespace deleted and created again: {} times",
+            deletions.len()
+        );
+        for d in deletions {
+            println!(
+                "    gone after {:.1} s; {} pinned workflows lost their workers with it (terminated, not judged); every WorkerDeployment at its target {}",
+                d.gone_after.as_secs_f64(),
+                d.lost_pinned,
+                d.converged_after
+                    .map_or("not within the bound".to_string(), |t| format!(
+                        "{:.1} s after it was created again",
+                        t.as_secs_f64()
+                    ))
+            );
+        }
     }
     let (renewals, in_time, longest) = run.renewals.counts();
     println!(

@@ -94,6 +94,8 @@ pub(crate) struct Report {
     /// WorkerDeployments a scaler's WorkerResourceTemplate was created for: the scaler owns
     /// their replicas from then on (the controller leaves a new version's unset).
     pub(crate) autoscaled: std::collections::BTreeSet<String>,
+    /// The deletions of the watched namespace (a namespace-scoped install).
+    pub(crate) namespace_deletions: Vec<crate::namespace_gone::Deletion>,
 }
 
 impl Report {
@@ -168,6 +170,15 @@ pub(crate) struct Run<'a> {
     pub(crate) renewals: restarts::Renewals,
     pub(crate) report: Mutex<Report>,
     pub(crate) done: AtomicBool,
+    /// A namespace-scoped install (`scoped.rs`).
+    pub(crate) namespace_scoped: bool,
+    /// The run's namespace is being deleted and created again (`namespace_gone.rs`): I1 and
+    /// I2 are not judged meanwhile, nor the time to converge after a fault.
+    pub(crate) away: AtomicBool,
+    /// Held by the namespace's deletion and by the driver's deletions, each from start to end.
+    pub(crate) namespace_lock: tokio::sync::Mutex<()>,
+    /// The run's directory: the replicas' logs are `controller-<i>.log` there.
+    pub(crate) dir: std::path::PathBuf,
     /// Held by the driver while it pins a workflow and changes an image, and by the
     /// `temporalNamespace` change while it judges and moves: a workflow is never pinned in the
     /// namespace being left to the version that is moving away.

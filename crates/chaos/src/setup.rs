@@ -35,10 +35,12 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
         "mutualTLSSecretRef": {"name": MTLS_SECRET}
     });
     // One per server, each through its own proxy; the same Secret (the same CA).
-    for (cc_name, address) in [
+    // A namespace-scoped install cannot use them.
+    let ccs = [
         (CLUSTER_CONNECTION, &run.tls_address),
         (CLUSTER_CONNECTION_B, &run.tls_address_b),
-    ] {
+    ];
+    for (cc_name, address) in ccs.into_iter().filter(|_| !run.namespace_scoped) {
         let mut cc_spec = spec.clone();
         cc_spec["hostPort"] = json!(address);
         let cc: ClusterConnection = serde_json::from_value(json!({
@@ -74,14 +76,16 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
 
 /// WorkerDeployment `i` of the run at `image`, where it was moved to if it was (server and
 /// namespace): the even ones AllAtOnce on the ClusterConnection, the odd ones Progressive on the
-/// Connection.
+/// Connection (in a namespace-scoped install, every one on the Connection).
 pub(crate) fn worker_deployment(
     run: &Run<'_>,
     i: usize,
     image: &str,
 ) -> anyhow::Result<WorkerDeployment> {
     let place = run.place_of(&run.names[i]);
-    let connection = if place.server == 0 {
+    let connection = if run.namespace_scoped {
+        crate::scoped::connection_ref(i)
+    } else if place.server == 0 {
         connection_ref(i)
     } else {
         json!({"objectRef": {"apiGroup": "temporal.io", "kind": "ClusterConnection", "name": CLUSTER_CONNECTION_B}})

@@ -57,6 +57,12 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
             Event::Init | Event::InitDone => continue,
         };
         run.report().watched += 1;
+        // The namespace is being deleted and created again: its workers went with it, and
+        // the same names come back.
+        if run.away.load(Ordering::SeqCst) {
+            judged.clear();
+            continue;
+        }
         let Some(problem) = taken_away(&d, deleted) else {
             continue;
         };

@@ -465,6 +465,31 @@ impl ControlPlane {
         namespace: &str,
         name: &str,
     ) -> Result<String, Error> {
+        self.service_account_token_for(namespace, name, Duration::from_secs(3600))
+            .await
+    }
+
+    /// The kubeconfig of ServiceAccount `namespace/name` (created if missing), as
+    /// [`ControlPlane::kubeconfig`] is the admin's, with a token valid for `valid_for`: for a
+    /// process that runs longer than an hour as that ServiceAccount.
+    pub async fn service_account_kubeconfig(
+        &self,
+        namespace: &str,
+        name: &str,
+        valid_for: Duration,
+    ) -> Result<serde_json::Value, Error> {
+        let token = self
+            .service_account_token_for(namespace, name, valid_for)
+            .await?;
+        Ok(kubeconfig_json(&self.server_url, &self.ca_pem, &token))
+    }
+
+    async fn service_account_token_for(
+        &self,
+        namespace: &str,
+        name: &str,
+        valid_for: Duration,
+    ) -> Result<String, Error> {
         let admin = self.client().await?;
         let sas: Api<ServiceAccount> = Api::namespaced(admin, namespace);
         if sas.get_opt(name).await?.is_none() {
@@ -484,7 +509,7 @@ impl ControlPlane {
         let request = TokenRequest {
             spec: TokenRequestSpec {
                 audiences: vec!["https://kubernetes.default.svc.cluster.local".into()],
-                expiration_seconds: Some(3600),
+                expiration_seconds: Some(valid_for.as_secs() as i64),
                 ..Default::default()
             },
             ..Default::default()
