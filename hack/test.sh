@@ -18,6 +18,11 @@ if [ "$#" -eq 0 ]; then
   hack/playground.sh --exit-when-ready --dir "${CARGO_TARGET_DIR:-target}/playground"
   cargo run -q -p twc-chaos -- --rollouts 10 --worker-deployments 2 --fault-every-seconds 6 \
     --seed "${TWC_CHAOS_SEED:-20261201}" --dir "${CARGO_TARGET_DIR:-target}/chaos-short"
+  # The same installed namespace-scoped (a ServiceAccount with the generated namespaced RBAC,
+  # watching one namespace), with its own fault: that namespace deleted and created again.
+  cargo run -q -p twc-chaos -- --namespace-scoped --rollouts 10 --worker-deployments 2 \
+    --fault-every-seconds 6 --seed "${TWC_CHAOS_SEED:-20261206}" \
+    --dir "${CARGO_TARGET_DIR:-target}/chaos-scoped"
   # The same on the real node: the workers are containers under containerd and a kubelet, and
   # a worker container killed and the kubelet restarted join the faults (docs/testing.md).
   cargo run -q -p twc-chaos -- --real-node --rollouts 6 --worker-deployments 2 \

@@ -94,10 +94,12 @@ pub(crate) async fn observe(run: &Run<'_>) {
 /// I1 and I2 on `state`, read in the spec's namespace (None) or in the one `name` moved away
 /// from (only its Draining versions are judged there). A suspected violation is read again.
 async fn check_workers(run: &Run<'_>, name: &str, left: Option<&Place>, state: &View) {
+    let gone = run.report().gone_with_namespace.clone();
     let judged = |s: &View| -> Vec<(String, &'static str)> {
         needs_workers(s)
             .into_iter()
             .filter(|(_, why)| left.is_none() || *why == "draining")
+            .filter(|(b, _)| !gone.contains(&(name.to_string(), b.clone())))
             .collect()
     };
     let place = left.cloned().unwrap_or_else(|| run.place_of(name));

@@ -161,7 +161,13 @@ pub(crate) async fn delete_and_recreate(run: &Run<'_>) -> anyhow::Result<()> {
         gone_after.as_secs_f64()
     );
     for name in &run.names {
-        forgotten_or_named(run, name).await;
+        let target = saved
+            .wds
+            .iter()
+            .find(|wd| wd.metadata.name.as_deref() == Some(name.as_str()))
+            .map(twc_controller::plan::target_build_id)
+            .unwrap_or_default();
+        forgotten_or_named(run, name, &target).await;
         for place in run.left_places_of(name) {
             temporal_forgot(run, name, &place, true).await;
         }
@@ -261,8 +267,10 @@ async fn what_holds(run: &Run<'_>) -> String {
 }
 
 /// I3 for `name` once its namespace is gone: Temporal keeps no worker deployment of it where
-/// its spec pointed, unless the controller said it left it as it is (noted).
-async fn forgotten_or_named(run: &Run<'_>, name: &str) {
+/// its spec pointed, unless the controller said it left it as it is (noted). The versions left
+/// there but its spec's `target` (whose Deployment comes back with it) are no longer judged by
+/// I1 and I2: their workers went with the namespace.
+async fn forgotten_or_named(run: &Run<'_>, name: &str, target: &str) {
     let place = run.place_of(name);
     let deadline = Instant::now() + Duration::from_secs(60);
     let state = loop {
@@ -283,6 +291,13 @@ async fn forgotten_or_named(run: &Run<'_>, name: &str) {
     if !state.exists {
         return;
     }
+    run.report().gone_with_namespace.extend(
+        state
+            .versions
+            .keys()
+            .filter(|b| *b != target)
+            .map(|b| (name.to_string(), b.clone())),
+    );
     let deployment = build_id::temporal_deployment_name(&run.ns, name);
     if named_as_left(run, &deployment) {
         let note = format!(

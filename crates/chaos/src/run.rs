@@ -96,6 +96,9 @@ pub(crate) struct Report {
     pub(crate) autoscaled: std::collections::BTreeSet<String>,
     /// The deletions of the watched namespace (a namespace-scoped install).
     pub(crate) namespace_deletions: Vec<crate::namespace_gone::Deletion>,
+    /// (WorkerDeployment, build ID) of versions left in Temporal whose workers went with the
+    /// deleted namespace: no longer judged by I1 and I2.
+    pub(crate) gone_with_namespace: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Report {

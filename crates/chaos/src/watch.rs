@@ -76,7 +76,12 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
         else {
             continue;
         };
-        if !judged.insert((d.name_any(), problem)) {
+        if run
+            .report()
+            .gone_with_namespace
+            .contains(&(name.clone(), build.clone()))
+            || !judged.insert((d.name_any(), problem))
+        {
             continue;
         }
         // Read Temporal right after the change, where the spec points and (its Draining
