@@ -68,6 +68,11 @@
 //! version with two replicas, and two more faults join: a worker container killed (SIGKILL,
 //! the kubelet restarts it) and the kubelet restarted.
 //!
+//! With `--namespace-scoped`, the replicas run as a ServiceAccount with the generated
+//! namespace-scoped RBAC and watch only the run's namespace, every WorkerDeployment is on the
+//! Connection, the faults that need a ClusterConnection are left out, and one joins: the
+//! watched namespace deleted, then created again (`scoped.rs`, `namespace_gone.rs`).
+//!
 //! The seed is printed; the same seed replays the same choices (the timing of the servers is
 //! not seeded). Exits non-zero on any violation.
 
