@@ -18,6 +18,7 @@ use crate::operator::tend_left_behind;
 use crate::replicas::{Replica, restart_stopped};
 use crate::rollouts::make_current_drain;
 use crate::setup::worker_deployment;
+use crate::temporal_view::View;
 use crate::{IMAGE, Place, Rng, Run};
 
 /// Deletes WorkerDeployment `i` mid-rollout and creates it again at round `round`'s image.
@@ -115,30 +116,38 @@ pub(crate) async fn delete_and_recreate(
 /// a minute). Where it moved away from (`left`), a record left is noted, not a violation:
 /// nothing is cleaned up there once its versions no longer run (docs/safety.md).
 pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, place: &Place, left: bool) {
+    let Some(state) = read_for_i3(run, name, place).await else {
+        return;
+    };
+    if !state.exists {
+        return;
+    }
+    if left {
+        let note = format!(
+            "{name}: {place}, moved away from, keeps its worker deployment ({} versions)",
+            state.versions.len()
+        );
+        if run.report().left_behind.insert(note.clone()) {
+            println!("   note: {note}");
+        }
+        return;
+    }
+    run.report().violate(
+        "I3",
+        format!(
+            "{name} is deleted but Temporal ({place}) keeps its worker deployment ({} versions)",
+            state.versions.len()
+        ),
+    );
+}
+
+/// What Temporal says of `name` at `place`, read until known for a minute; None (an I3
+/// violation) when it could not be.
+pub(crate) async fn read_for_i3(run: &Run<'_>, name: &str, place: &Place) -> Option<View> {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         match run.describe_at(name, place).await {
-            Some(state) if state.exists && left => {
-                let note = format!(
-                    "{name}: {place}, moved away from, keeps its worker deployment ({} versions)",
-                    state.versions.len()
-                );
-                if run.report().left_behind.insert(note.clone()) {
-                    println!("   note: {note}");
-                }
-                return;
-            }
-            Some(state) if state.exists => {
-                run.report().violate(
-                    "I3",
-                    format!(
-                        "{name} is deleted but Temporal ({place}) keeps its worker deployment ({} versions)",
-                        state.versions.len()
-                    ),
-                );
-                return;
-            }
-            Some(_) => return,
+            Some(state) => return Some(state),
             None if Instant::now() > deadline => {
                 run.report().violate(
                     "I3",
@@ -146,7 +155,7 @@ pub(crate) async fn temporal_forgot(run: &Run<'_>, name: &str, place: &Place, le
                         "Temporal ({place}) could not be read for a minute to check {name} is gone"
                     ),
                 );
-                return;
+                return None;
             }
             None => tokio::time::sleep(Duration::from_millis(500)).await,
         }

@@ -29,7 +29,7 @@ use twc_api::{Connection, WorkerDeployment, WorkerResourceTemplate};
 use twc_controller::plan::build_id;
 
 use crate::auth_switch::API_KEY_SECRET;
-use crate::deletions::temporal_forgot;
+use crate::deletions::{read_for_i3, temporal_forgot};
 use crate::rollouts::wait_converged;
 use crate::{CALL_TIMEOUT, CONNECTION, IDENTITY, MTLS_SECRET, Run};
 
@@ -272,21 +272,8 @@ async fn what_holds(run: &Run<'_>) -> String {
 /// I1 and I2: their workers went with the namespace.
 async fn forgotten_or_named(run: &Run<'_>, name: &str, target: &str) {
     let place = run.place_of(name);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let state = loop {
-        match run.describe_at(name, &place).await {
-            Some(state) => break state,
-            None if Instant::now() > deadline => {
-                run.report().violate(
-                    "I3",
-                    format!(
-                        "Temporal ({place}) could not be read for a minute to check {name} is gone"
-                    ),
-                );
-                return;
-            }
-            None => tokio::time::sleep(Duration::from_millis(500)).await,
-        }
+    let Some(state) = read_for_i3(run, name, &place).await else {
+        return;
     };
     if !state.exists {
         return;
