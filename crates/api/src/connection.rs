@@ -145,11 +145,18 @@ pub struct ConnectionStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub refused_users: Vec<String>,
 
+    /// The `metadata.generation` the controller last wrote this status for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
+
     /// Latest observations of the connection's state. `Ready` is True when at least one user
-    /// reaches Temporal through it with its credentials (reason `Reachable`), False when none
-    /// does (the reason and message of the first failing user, such as
-    /// `TemporalClientCreationFailed` or `AuthSecretInvalid`), and Unknown while nobody uses
-    /// it (`NotUsed`) or no user has been reconciled through it yet (`Pending`).
+    /// reaches Temporal through it with its credentials (reason `Reachable`) or nobody uses it
+    /// (`NotUsed`: nothing waits for it), False when none of its users does (the reason and
+    /// message of the first failing user, such as `TemporalClientCreationFailed` or
+    /// `AuthSecretInvalid`), and Unknown while no user has been reconciled through it yet
+    /// (`Pending`). kstatus' `Reconciling` is True whenever `Ready` is not; `Stalled` is always
+    /// False.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

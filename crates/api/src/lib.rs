@@ -95,6 +95,16 @@ pub mod labels {
 pub mod conditions {
     pub const READY: &str = "Ready";
     pub const PROGRESSING: &str = "Progressing";
+    /// kstatus (Helm 4's `--wait`, Flux, `kubectl wait`-style tools): True when reconciling
+    /// cannot go on until someone changes something (the spec, the controller's install, the
+    /// server); those tools report the object as failed at once. Written on every kind.
+    pub const STALLED: &str = "Stalled";
+    /// kstatus: True while the controller is working towards the spec or waiting for
+    /// something that may still come (a Connection, a Secret, Temporal, the workers); those tools
+    /// keep waiting. False once the rollout is complete. At most one of the two is True.
+    pub const RECONCILING: &str = "Reconciling";
+    /// `Stalled=False` after a reconcile that went through.
+    pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
 
     pub const ROLLOUT_COMPLETE: &str = "RolloutComplete";
     /// `Progressing=True`: the target's workers have not polled yet (not registered), or,
@@ -115,6 +125,9 @@ pub mod conditions {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     pub const PLAN_GENERATION_FAILED: &str = "PlanGenerationFailed";
     pub const PLAN_EXECUTION_FAILED: &str = "PlanExecutionFailed";
+    /// A ClusterConnection referenced while the controller watches only some namespaces (it
+    /// cannot read cluster-scoped kinds then). `Stalled=True`.
+    pub const CLUSTER_CONNECTION_UNSUPPORTED: &str = "ClusterConnectionUnsupported";
 
     /// Not in TWC: the target failed its rollout. `Ready` and `Progressing` are False with one
     /// of these reasons, and `RolledBack` is True with it when new workflows had reached the

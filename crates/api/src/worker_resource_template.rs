@@ -112,8 +112,14 @@ pub struct WorkerResourceTemplateStatus {
     /// Apply state per build ID.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub versions: Vec<WorkerResourceTemplateVersionStatus>,
+    /// The `metadata.generation` the controller last acted on, whatever the outcome.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
+    pub observed_generation: Option<i64>,
     /// `Ready` is True when every active build ID's object is applied at the current
-    /// generation.
+    /// generation. `Stalled` is True when nothing will apply until the template changes (it
+    /// does not render, or the apiserver refuses it outright); `Reconciling` is True while an
+    /// apply is retried or the WorkerDeployment is not there yet.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,

@@ -62,6 +62,11 @@ pub enum Error {
     #[error("{0}")]
     ConnectionNotFound(String),
 
+    /// A ClusterConnection is referenced but this install of the controller cannot read
+    /// ClusterConnections (namespace-scoped, or not granted them when it started).
+    #[error("{0}")]
+    ClusterConnectionUnsupported(String),
+
     /// The referenced ClusterConnection does not allow this WorkerDeployment (its namespace or
     /// its Temporal namespace), or cannot tell yet; the message names the rule.
     #[error("{0}")]
@@ -186,6 +191,7 @@ impl Error {
         matches!(
             self,
             Error::ConnectionNotFound(_)
+                | Error::ClusterConnectionUnsupported(_)
                 | Error::ConnectionNotAllowed(_)
                 | Error::AuthSecretInvalid(_)
         )
@@ -216,6 +222,9 @@ impl Error {
             Error::InvalidSpec(_) => (reason::INVALID_SPEC, Retry::Steady, true),
             Error::ConnectionNotFound(_) => (reason::CONNECTION_NOT_FOUND, Retry::Steady, true),
             Error::ConnectionNotAllowed(_) => (reason::CONNECTION_NOT_ALLOWED, Retry::Steady, true),
+            Error::ClusterConnectionUnsupported(_) => {
+                (reason::CLUSTER_CONNECTION_UNSUPPORTED, Retry::Steady, true)
+            }
             Error::AuthSecretInvalid(_) => (reason::AUTH_SECRET_INVALID, Retry::Steady, true),
             Error::GateInput(_) => (reason::PLAN_GENERATION_FAILED, Retry::Steady, true),
             Error::TemporalServerUnsupported { .. } => {

@@ -4,6 +4,8 @@
 #[path = "cluster_connection/clients.rs"]
 mod clients;
 mod common;
+#[path = "cluster_connection/kstatus.rs"]
+mod kstatus;
 #[path = "cluster_connection/lifecycle.rs"]
 mod lifecycle;
 #[path = "cluster_connection/pace.rs"]

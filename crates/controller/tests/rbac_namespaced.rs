@@ -46,14 +46,31 @@ async fn namespace_scoped_mode_runs_on_roles_without_forbidden_loops() -> TestRe
     wait_wd(&admin, &a, "w", "rolled out", ROLLOUT, rolled_out).await;
     wait_connection(&admin, &a, "temporal", "protected", QUICK).await;
     worker_resource_templates_apply(&admin, &a).await;
-    let wd = wait_wd(&admin, &b, "w", "ConnectionNotFound", QUICK, |wd| {
-        condition(wd, "Ready").is_some_and(|(_, r, _)| r == "ConnectionNotFound")
-    })
+    let wd = wait_wd(
+        &admin,
+        &b,
+        "w",
+        "ClusterConnectionUnsupported",
+        QUICK,
+        |wd| condition(wd, "Ready").is_some_and(|(_, r, _)| r == "ClusterConnectionUnsupported"),
+    )
     .await;
     let (_, _, message) = condition(&wd, "Ready").unwrap_or_default();
     assert!(
-        message.contains("not allowed to list, watch and patch ClusterConnections"),
-        "the real cause: {message}"
+        message.starts_with(&format!(
+            "ClusterConnection \"{cc}\" cannot be used because the controller is namespace-scoped"
+        )) && message.contains("not allowed to list, watch and patch ClusterConnections"),
+        "TWC's sentence, then the real cause: {message}"
+    );
+    // Waiting cannot help: Helm 4, Flux and the cli-utils poller fail at once.
+    let verdict = kstatus_of(&wd);
+    assert_eq!(verdict.status, "Failed", "{verdict:?}");
+    let rolled = get_wd(&admin, &a, "w").await;
+    assert_eq!(
+        kstatus_of(&rolled).status,
+        "Current",
+        "{:?}",
+        kstatus_of(&rolled)
     );
     // Not watched: the ClusterConnection is left alone.
     tokio::time::sleep(Duration::from_secs(3)).await;

@@ -107,6 +107,13 @@ pub fn temporal() -> PathBuf {
     binary("TWC_TEMPORAL", dir.join("bin").join("temporal"))
 }
 
+/// `hack/kstatus` (cli-utils' kstatus library on objects read from stdin), built by
+/// `hack/provision.sh` (`$TWC_KSTATUS` overrides).
+pub fn kstatus() -> PathBuf {
+    let dir = cache_dir().join(format!("kstatus-v{}", version("CLI_UTILS_VERSION")));
+    binary("TWC_KSTATUS", dir.join("kstatus"))
+}
+
 /// Helm, built by `hack/provision.sh` (`$TWC_HELM` overrides).
 pub fn helm() -> PathBuf {
     let dir = cache_dir().join(format!("helm-v{}", version("HELM_VERSION")));

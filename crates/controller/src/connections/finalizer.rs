@@ -258,6 +258,7 @@ mod tests {
             stores: super::super::ConnectionStores {
                 connections: crate::scoped::Scoped::new(vec![]),
                 cluster_connections: None,
+                namespace_scoped: false,
                 namespaces: Some(namespaces),
                 access: crate::access::Access::default(),
             },

@@ -58,6 +58,8 @@ pub struct ConnectionStores {
     pub connections: Scoped<Connection>,
     /// `None` when the controller may not read ClusterConnections (namespace-scoped install).
     pub cluster_connections: Option<Store<ClusterConnection>>,
+    /// The controller watches only some namespaces (`--watch-namespaces`).
+    pub namespace_scoped: bool,
     /// Namespaces' labels (metadata only), for ClusterConnections' `allowedNamespaces`
     /// selectors; `None` when the controller may not watch Namespaces.
     pub namespaces: Option<Store<PartialObjectMeta<Namespace>>>,
@@ -99,8 +101,14 @@ pub fn resolve(wd: &WorkerDeployment, stores: &ConnectionStores) -> Result<Resol
                 )));
             }
             let store = stores.cluster_connections.as_ref().ok_or_else(|| {
-                Error::ConnectionNotFound(format!(
-                    "ClusterConnection {} cannot be used: the controller was not allowed to list, watch and patch ClusterConnections when it started (its RBAC: the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster); grant them and restart the controller, or reference a Connection in namespace {ns}",
+                // TWC's sentence first, then what to do about it.
+                let why = if stores.namespace_scoped {
+                    "the controller is namespace-scoped"
+                } else {
+                    "the controller may not read ClusterConnections"
+                };
+                Error::ClusterConnectionUnsupported(format!(
+                    "ClusterConnection {:?} cannot be used because {why}: it was not allowed to list, watch and patch ClusterConnections when it started (its RBAC: the ClusterRole temporal-worker-controller-cluster-scoped of `twc rbac`, or the chart's rbac.scope=cluster); grant them and restart the controller, or reference a Connection in namespace {ns}",
                     key.name
                 ))
             })?;
@@ -303,6 +311,7 @@ mod tests {
         let stores = ConnectionStores {
             connections: Scoped::new(vec![]),
             cluster_connections: None,
+            namespace_scoped: false,
             namespaces: Some(namespaces),
             access: crate::access::Access::default(),
         };

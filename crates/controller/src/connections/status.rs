@@ -7,7 +7,7 @@ use std::time::SystemTime;
 use twc_api::{ConnectionStatus, conditions};
 
 use super::index::{Reach, WdKey};
-use crate::conditions::set_condition;
+use crate::conditions::{set_condition, set_kstatus};
 
 /// How many users `status.users` names (`status.usedBy` counts them all).
 pub const LISTED_USERS: usize = 20;
@@ -43,6 +43,10 @@ pub fn desired(
         generation,
         now,
     );
+    // A connection has nothing to wait for that a change by someone would not bring: never
+    // Stalled; Reconciling while a user is failing or not reconciled yet.
+    set_kstatus(&mut status.conditions, false, true, generation, now);
+    status.observed_generation = generation;
     status
 }
 
@@ -72,8 +76,10 @@ fn ready(users: &[(WdKey, Reach)]) -> (&'static str, &str, String) {
         })
         .collect();
     if total == 0 {
+        // Nothing depends on it, so nothing is waiting for it: True, or `helm install --wait`
+        // (kstatus) of a chart holding only a ClusterConnection would never end.
         return (
-            "Unknown",
+            "True",
             conditions::CONNECTION_NOT_USED,
             "no WorkerDeployment uses it; it is tried with the credentials of the first that does"
                 .into(),
@@ -172,12 +178,13 @@ mod tests {
     }
 
     #[test]
-    fn unused_is_unknown_and_names_nobody() {
+    fn unused_is_ready_and_names_nobody() {
         let s = desired(None, &[], Some(1), SystemTime::now());
         assert_eq!(s.used_by, Some(0));
         assert!(s.users.is_empty());
         let (status, reason, _) = ready_of(&s);
-        assert_eq!((status.as_str(), reason.as_str()), ("Unknown", "NotUsed"));
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "NotUsed"));
+        assert_eq!(s.observed_generation, Some(1));
     }
 
     #[test]

@@ -173,7 +173,7 @@ pub async fn prepare(
     }
     if !cluster_allowed {
         tracing::warn!(
-            "not allowed to list, watch and patch ClusterConnections: they are not watched, and WorkerDeployments referencing one report ConnectionNotFound"
+            "not allowed to list, watch and patch ClusterConnections: they are not watched, and WorkerDeployments referencing one report ClusterConnectionUnsupported"
         );
     }
     // Namespaces' labels are read only for ClusterConnections' `allowedNamespaces` selectors.
@@ -251,6 +251,7 @@ async fn run_controllers(
     let stores = ConnectionStores {
         connections: scoped(&caches, |c| &c.connections),
         cluster_connections: cluster_allowed.then(|| cc_reader.clone()),
+        namespace_scoped: !config.watch_namespaces.is_empty(),
         namespaces: allowed.namespaces.then(|| ns_reader.clone()),
         access: access.clone(),
     };

@@ -16,12 +16,29 @@ use twc_api::{
 };
 
 use super::execute::{Applied, Done};
-use crate::conditions::{set_condition, time};
+use crate::conditions::{set_condition, set_kstatus, time};
 use crate::connections::ConnKey;
 use crate::error::{Error, Verdict};
 use crate::observed::Pollers;
 use crate::plan::{Observed, Plan, guard};
 use crate::temporal::DeploymentState;
+
+/// `Ready=False` reasons that waiting cannot change (kstatus `Stalled=True`, "failed" for
+/// Helm 4, Flux and Argo CD): the spec, the controller's install, the ClusterConnection's policy
+/// or the server must change first, or (a failed rollout) a new template or a retry is asked
+/// for. Every other reason reads `Reconciling=True`: a missing Connection or Secret may be on
+/// its way (a release applies objects in no set order), Temporal may come back.
+pub const STALLED_REASONS: &[&str] = &[
+    reason::INVALID_SPEC,
+    reason::CLUSTER_CONNECTION_UNSUPPORTED,
+    reason::CONNECTION_NOT_ALLOWED,
+    reason::TEMPORAL_SERVER_UNSUPPORTED,
+    reason::PROGRESS_DEADLINE_EXCEEDED,
+    reason::WORKERS_CRASH_LOOPING,
+    reason::ANALYSIS_FAILED,
+    reason::ABORTED,
+    reason::STEP_GATE_FAILED,
+];
 
 /// How a reconcile ended, for the status.
 pub enum Outcome<'a> {
@@ -52,6 +69,9 @@ pub fn next(
         Outcome::Failed { verdict, .. } if !verdict.warning => previous.observed_generation,
         _ => generation,
     };
+    let reconciled = matches!(outcome, Outcome::Executed { .. });
+    // A quiet error leaves every condition as it was, kstatus' two included.
+    let recomputed = !matches!(&outcome, Outcome::Failed { verdict, .. } if !verdict.warning);
     let mut status = match outcome {
         Outcome::Executed {
             observed,
@@ -120,6 +140,18 @@ pub fn next(
             s
         }
     };
+    if recomputed {
+        let terminal = status.conditions.iter().any(|c| {
+            c.type_ == READY && c.status == "False" && STALLED_REASONS.contains(&c.reason.as_str())
+        });
+        set_kstatus(
+            &mut status.conditions,
+            terminal,
+            reconciled,
+            generation,
+            now,
+        );
+    }
     status.observed_generation = observed_generation;
     status.observed_connection_ref = match connection {
         Some(k) => Some(observed_ref(k)),

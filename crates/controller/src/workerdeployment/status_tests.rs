@@ -379,3 +379,107 @@ fn a_server_too_old_is_a_condition_and_a_single_warning() {
         None
     );
 }
+
+/// kstatus' two conditions for each way a reconcile ends, as Helm 4's `--wait` and Flux read
+/// them: Reconciling while work goes on or something may still come, Stalled only when waiting
+/// cannot help, neither once the rollout is complete (the live verdicts of cli-utils' library
+/// are checked on the apiserver, in tests/kstatus.rs).
+#[test]
+fn stalled_only_when_waiting_cannot_help_and_reconciling_while_work_goes_on() {
+    use twc_api::conditions::{RECONCILING, STALLED};
+    let kstatus = |s: &WorkerDeploymentStatus| {
+        (
+            condition(s, STALLED),
+            condition(s, RECONCILING),
+            s.observed_generation,
+        )
+    };
+    let pair = |a: &str, b: &str| (a.to_string(), b.to_string());
+    let observed = v1_current_v2_registered();
+
+    // Registered, waiting for promotion: in progress.
+    let waiting = status_after(&observed, vec![]);
+    assert_eq!(
+        kstatus(&waiting),
+        (
+            pair("False", "ReconcileSucceeded"),
+            pair("True", "WaitingForPromotion"),
+            Some(3)
+        )
+    );
+    // Promoted: complete, even while Progressing says its queues lack pollers.
+    let mut no_pollers = observed.clone();
+    no_pollers.pollers = Some(crate::observed::Pollers::Missing(vec!["q".into()]));
+    let done = status_after(&no_pollers, vec![Done::Promoted { build: "v2".into() }]);
+    assert_eq!(condition(&done, PROGRESSING).0, "True");
+    assert_eq!(
+        kstatus(&done),
+        (
+            pair("False", "ReconcileSucceeded"),
+            pair("False", "RolloutComplete"),
+            Some(3)
+        )
+    );
+    // A failed build waits for a new template or a retry: stalled.
+    let failed_plan = Plan {
+        failure: Some(guard::Failure {
+            build_id: "v2".into(),
+            reason: reason::WORKERS_CRASH_LOOPING,
+            message: "buildID v2: containers keep exiting".into(),
+            at: t(50),
+            rolled_back: false,
+            new: true,
+        }),
+        ..plan_for("v2")
+    };
+    let applied = Applied::default();
+    let outcome = Outcome::Executed {
+        observed: &observed,
+        plan: &failed_plan,
+        applied: &applied,
+    };
+    let failed = next(&wd(), &done, outcome, None, ME, t(100));
+    assert_eq!(
+        kstatus(&failed),
+        (
+            pair("True", "WorkersCrashLooping"),
+            pair("False", "WorkersCrashLooping"),
+            Some(3)
+        )
+    );
+
+    // Errors: a dependency that may still come is waited for, a spec or an install that
+    // cannot work is not.
+    let errors = [
+        (Error::ConnectionNotFound("c".into()), false),
+        (Error::AuthSecretInvalid("s".into()), false),
+        (Error::TemporalDial("unreachable".into()), false),
+        (Error::InvalidSpec("bad".into()), true),
+        (Error::ClusterConnectionUnsupported("cc".into()), true),
+        (Error::ConnectionNotAllowed("refused".into()), true),
+    ];
+    for (error, stalled) in errors {
+        let outcome = Outcome::Failed {
+            error: &error,
+            verdict: error.verdict(0),
+        };
+        let s = next(&wd(), &waiting, outcome, None, ME, t(200));
+        let why = error.reason();
+        let (st, rec) = if stalled {
+            ("True", "False")
+        } else {
+            ("False", "True")
+        };
+        assert_eq!(
+            kstatus(&s),
+            (pair(st, why), pair(rec, why), Some(3)),
+            "{error}"
+        );
+    }
+    // Never both True, on any of the statuses above.
+    assert!(
+        [&waiting, &done, &failed]
+            .iter()
+            .all(|s| !(condition(s, STALLED).0 == "True" && condition(s, RECONCILING).0 == "True"))
+    );
+}

@@ -16,7 +16,7 @@ use twc_api::{
 
 use super::reason;
 use super::render::{self, Inputs};
-use crate::conditions::set_condition;
+use crate::conditions::{set_condition, set_kstatus};
 
 /// The referenced WorkerDeployment as the planner needs it.
 #[derive(Clone, Debug)]
@@ -36,7 +36,7 @@ pub struct Observed {
     pub versions: BTreeMap<String, String>,
     /// Why the template's kind cannot be applied (not served, or cluster-scoped), from API
     /// discovery; None when it can, or when the pure checks failed and discovery was not asked.
-    pub kind_problem: Option<String>,
+    pub kind_problem: Option<Problem>,
     /// The kinds a template may name.
     pub allowed_kinds: Vec<String>,
 }
@@ -55,6 +55,8 @@ pub struct Apply {
 pub struct Problem {
     pub reason: &'static str,
     pub message: String,
+    /// Only a change of the template (or of the cluster) can help: kstatus `Stalled`.
+    pub terminal: bool,
 }
 
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -112,14 +114,12 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         plan.problem = Some(Problem {
             reason: reason::INVALID_TEMPLATE,
             message: problems.join("; "),
+            terminal: true,
         });
         return plan;
     }
-    if let Some(message) = &observed.kind_problem {
-        plan.problem = Some(Problem {
-            reason: reason::APPLY_FAILED,
-            message: message.clone(),
-        });
+    if let Some(problem) = &observed.kind_problem {
+        plan.problem = Some(problem.clone());
         return plan;
     }
     let Some(owner) = template_owner(wrt) else {
@@ -180,6 +180,9 @@ fn time(t: SystemTime) -> Option<Time> {
 pub struct Outcome {
     /// Apply errors by build ID (a build ID of the plan's applies without one succeeded).
     pub apply_errors: BTreeMap<String, String>,
+    /// Build IDs whose apply the apiserver refused outright (invalid, forbidden, a bad
+    /// request): retrying the same object cannot help.
+    pub refused: BTreeSet<String>,
     /// Build IDs whose copy is confirmed gone.
     pub deleted: BTreeSet<String>,
 }
@@ -262,6 +265,9 @@ pub fn status(
         versions.remove(build);
     }
     status.versions = versions.into_values().collect();
+    let terminal = plan.problem.as_ref().is_some_and(|p| p.terminal)
+        || !plan.render_failures.is_empty()
+        || !outcome.refused.is_empty();
     let (st, why, message) = if plan.worker_deployment_missing {
         (
             "False",
@@ -291,6 +297,8 @@ pub fn status(
         generation,
         now,
     );
+    set_kstatus(&mut status.conditions, terminal, false, generation, now);
+    status.observed_generation = generation;
     status
 }
 

@@ -68,6 +68,12 @@ fn cycle(
             .iter()
             .map(|(b, e)| (b.to_string(), e.to_string()))
             .collect(),
+        // As the apiserver answers them: 403 and 422 are refusals, anything else may pass.
+        refused: errors
+            .iter()
+            .filter(|(_, e)| e.starts_with("forbidden") || e.starts_with("invalid"))
+            .map(|(b, _)| b.to_string())
+            .collect(),
         deleted: p.deletes.iter().map(|(b, _)| b.clone()).collect(),
     };
     t.status = Some(status(&t, o, &p, &outcome, now));
@@ -80,6 +86,24 @@ fn ready(t: &WorkerResourceTemplate) -> (String, String, String) {
         .and_then(|s| s.conditions.iter().find(|c| c.type_ == READY))
         .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
         .unwrap_or_default()
+}
+
+/// (Stalled, Reconciling) statuses, and the template's top-level observed generation.
+fn kstatus(t: &WorkerResourceTemplate) -> (String, String, Option<i64>) {
+    let status = t.status.clone().unwrap_or_default();
+    let of = |type_: &str| {
+        status
+            .conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+            .unwrap_or_default()
+    };
+    (of("Stalled"), of("Reconciling"), status.observed_generation)
+}
+
+fn kstat(stalled: &str, reconciling: &str) -> (String, String, Option<i64>) {
+    (stalled.into(), reconciling.into(), Some(3))
 }
 
 fn builds(t: &WorkerResourceTemplate) -> Vec<String> {
@@ -176,6 +200,8 @@ fn failures_are_recorded_per_build_and_retried() {
             "buildID v2: forbidden".into()
         )
     );
+    // Refused outright: sending it again cannot help.
+    assert_eq!(kstatus(&t), kstat("True", "False"));
     // The failed one is retried, the applied one skipped; the same failure again keeps its
     // transition time.
     let (p, t2) = cycle(
@@ -187,9 +213,18 @@ fn failures_are_recorded_per_build_and_retried() {
     assert_eq!(p.applies.len(), 1);
     assert_eq!(p.applies[0].build_id, "v2");
     assert_eq!(t2.status, t.status);
+    // A conflict may pass next time: still reconciling.
+    let (_, t_conflict) = cycle(
+        t2.clone(),
+        &observed(&["v1", "v2"]),
+        &[("v2", "conflict")],
+        at(45),
+    );
+    assert_eq!(kstatus(&t_conflict), kstat("False", "True"));
     // Fixed: Ready again.
     let (_, t3) = cycle(t2, &observed(&["v1", "v2"]), &[], at(60));
     assert_eq!(ready(&t3).0, "True");
+    assert_eq!(kstatus(&t3), kstat("False", "False"));
     assert_eq!(
         t3.status.unwrap_or_default().versions[1].last_applied_generation,
         3
@@ -235,35 +270,61 @@ fn a_missing_worker_deployment_is_a_condition_and_nothing_else() {
             "WorkerDeployment hello not found".into()
         )
     );
+    // It may be on its way: reconciling, not stalled.
+    assert_eq!(kstatus(&t2), kstat("False", "True"));
     assert_eq!(builds(&t2), ["v1"]);
 }
 
 #[test]
 fn template_problems_block_every_apply() {
-    // (template, observed kind, expected reason, message fragment)
+    // (template, observed kind, expected reason, message fragment, Stalled)
     let mut zero = hpa();
     zero["spec"]["minReplicas"] = json!(0);
+    let kind = |message: &str, terminal| {
+        Some(Problem {
+            reason: reason::APPLY_FAILED,
+            message: message.into(),
+            terminal,
+        })
+    };
     let cases = [
         (
             zero,
             None,
             reason::INVALID_TEMPLATE,
             "minReplicas must not be 0",
+            "True",
         ),
         (
             json!({"apiVersion": "v1", "kind": "ConfigMap"}),
             None,
             reason::INVALID_TEMPLATE,
             "kind ConfigMap is not allowed",
+            "True",
         ),
         (
             hpa(),
-            Some("autoscaling/v2 HorizontalPodAutoscaler is not served".to_string()),
+            kind(
+                "autoscaling/v2 HorizontalPodAutoscaler is not served",
+                false,
+            ),
             reason::APPLY_FAILED,
             "is not served",
+            // Its CRD may come: reconciling.
+            "False",
+        ),
+        (
+            hpa(),
+            kind(
+                "autoscaling/v2 HorizontalPodAutoscaler is cluster-scoped",
+                true,
+            ),
+            reason::APPLY_FAILED,
+            "is cluster-scoped",
+            "True",
         ),
     ];
-    for (template, kind, want_reason, fragment) in cases {
+    for (template, kind, want_reason, fragment, stalled) in cases {
         let o = Observed {
             kind_problem: kind,
             ..observed(&["v1"])
@@ -273,6 +334,8 @@ fn template_problems_block_every_apply() {
         let (st, why, message) = ready(&t);
         assert_eq!((st.as_str(), why.as_str()), ("False", want_reason));
         assert!(message.contains(fragment), "{message}");
+        let reconciling = if stalled == "True" { "False" } else { "True" };
+        assert_eq!(kstatus(&t), kstat(stalled, reconciling), "{fragment}");
         let entry = t.status.unwrap_or_default().versions[0].clone();
         assert_eq!(entry.last_applied_generation, 0);
         assert!(entry.apply_error.is_some_and(|e| e.contains(fragment)));

@@ -19,7 +19,7 @@ use twc_api::WorkerResourceTemplate;
 use twc_api::conditions::READY;
 
 use super::plan::{self, Observed, ObservedWorkerDeployment, Outcome, Plan};
-use super::render;
+use super::{reason, render};
 use crate::error::{Error, Result, kube_message};
 use crate::metrics;
 use crate::writes::{self, MANAGER, OwnWrites, Swap};
@@ -38,7 +38,7 @@ pub struct Discovery(Arc<Mutex<HashMap<Gvk, (Instant, Resolved)>>>);
 
 /// (group, version, kind).
 type Gvk = (String, String, String);
-type Resolved = std::result::Result<ApiResource, String>;
+type Resolved = std::result::Result<ApiResource, plan::Problem>;
 
 impl Discovery {
     /// The API resource of (group, version, kind) if it is served and namespaced.
@@ -64,13 +64,22 @@ impl Discovery {
         .await
         {
             Ok((ar, caps)) if caps.scope == Scope::Namespaced => Ok(ar),
-            Ok(_) => Err(format!(
-                "{api_version} {kind} is cluster-scoped; a WorkerResourceTemplate renders only namespaced objects"
-            )),
-            Err(e) => Err(format!(
-                "{api_version} {kind} is not served by the apiserver: {}",
-                kube_message(&e)
-            )),
+            Ok(_) => Err(plan::Problem {
+                reason: reason::APPLY_FAILED,
+                message: format!(
+                    "{api_version} {kind} is cluster-scoped; a WorkerResourceTemplate renders only namespaced objects"
+                ),
+                terminal: true,
+            }),
+            // Its CRD may be on its way (installed with the release, or by another team).
+            Err(e) => Err(plan::Problem {
+                reason: reason::APPLY_FAILED,
+                message: format!(
+                    "{api_version} {kind} is not served by the apiserver: {}",
+                    kube_message(&e)
+                ),
+                terminal: false,
+            }),
         };
         if let Ok(mut cache) = self.0.lock() {
             cache.insert(gvk.clone(), (Instant::now(), resolved.clone()));
@@ -282,6 +291,9 @@ async fn execute(
                 .await;
             }
             Err(e) => {
+                if refused_outright(&e) {
+                    outcome.refused.insert(apply.build_id.clone());
+                }
                 outcome
                     .apply_errors
                     .insert(apply.build_id.clone(), kube_message(&e));
@@ -289,6 +301,12 @@ async fn execute(
         }
     }
     outcome
+}
+
+/// The apiserver refused the object itself (invalid, a bad request, not allowed): sending it
+/// again cannot help. Conflicts, throttling, timeouts and server errors can.
+fn refused_outright(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if matches!(s.code, 400 | 401 | 403 | 405 | 415 | 422))
 }
 
 async fn write_status(

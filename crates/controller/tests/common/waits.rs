@@ -203,3 +203,17 @@ pub async fn wait_namespace_gone(
     .await?;
     Ok(())
 }
+
+/// `ns/name` as the apiserver has it now.
+pub async fn get_wd(client: &Client, ns: &str, name: &str) -> WorkerDeployment {
+    Api::<WorkerDeployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await
+        .unwrap_or_else(|e| panic!("get {ns}/{name}: {e}"))
+}
+
+/// What kstatus (cli-utils' library, as Helm 4's `--wait` and Flux use it) says of `object`.
+pub fn kstatus_of<K: serde::Serialize>(object: &K) -> twc_testenv::kstatus::Verdict {
+    let value = serde_json::to_value(object).unwrap_or_else(|e| panic!("{e}"));
+    twc_testenv::kstatus::of(&value).unwrap_or_else(|e| panic!("kstatus: {e}"))
+}
