@@ -29,6 +29,8 @@ pub struct CachedWorkerDeployment {
     observed_connection_ref: Option<twc_api::ObservedConnectionRef>,
     /// The `Ready` condition.
     ready: Option<Condition>,
+    /// [`routing_fingerprint`] of the status.
+    routing: u64,
     /// `spec` and `status` as JSON.
     spec: Box<str>,
     status: Option<Box<str>>,
@@ -50,6 +52,7 @@ impl CachedWorkerDeployment {
                     .find(|c| c.type_ == twc_api::conditions::READY)
                     .cloned()
             }),
+            routing: routing_fingerprint(wd.status.as_ref()),
             spec: json(&wd.spec),
             status: wd.status.as_ref().map(json),
             metadata: wd.metadata,
@@ -113,11 +116,16 @@ fn json<T: serde::Serialize>(value: &T) -> Box<str> {
 /// triggers read of it ([`CachedWorkerDeployment::watched`]).
 pub trait AsWorkerDeployment {
     fn worker_deployment(&self) -> Cow<'_, WorkerDeployment>;
+    /// [`routing_fingerprint`] of its status.
+    fn routing(&self) -> u64;
 }
 
 impl AsWorkerDeployment for WorkerDeployment {
     fn worker_deployment(&self) -> Cow<'_, WorkerDeployment> {
         Cow::Borrowed(self)
+    }
+    fn routing(&self) -> u64 {
+        routing_fingerprint(self.status.as_ref())
     }
 }
 
@@ -125,6 +133,32 @@ impl AsWorkerDeployment for CachedWorkerDeployment {
     fn worker_deployment(&self) -> Cow<'_, WorkerDeployment> {
         Cow::Owned(self.watched())
     }
+    fn routing(&self) -> u64 {
+        self.routing
+    }
+}
+
+/// Which versions a status routes to (target, current) and which it deprecates, with their
+/// state and `drainedSince`: what decides a version's sunset scale-down, for the triggers of
+/// WorkerResourceTemplates (an autoscaler's copy leaves a version scaled down at sunset).
+pub fn routing_fingerprint(status: Option<&WorkerDeploymentStatus>) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    if let Some(s) = status {
+        s.target_version
+            .as_ref()
+            .map(|t| &t.base.build_id)
+            .hash(&mut h);
+        s.current_version
+            .as_ref()
+            .map(|c| &c.base.build_id)
+            .hash(&mut h);
+        for v in &s.deprecated_versions {
+            let since = v.drained_since.as_ref().map(|t| t.0.as_second());
+            (&v.base.build_id, v.base.status as u8, since).hash(&mut h);
+        }
+    }
+    h.finish()
 }
 
 impl<'de> Deserialize<'de> for CachedWorkerDeployment {

@@ -157,6 +157,7 @@ scenarios! {
         rollout::all_at_once_yes_unversioned_pollers_expect_current,
     wrt_multiple_active_versions => wrt::wrt_multiple_active_versions,
     wrt_gone_deployment_deletes_copy => wrt::wrt_gone_deployment_deletes_copy,
+    wrt_autoscaler_deleted_at_sunset => wrt::wrt_autoscaler_deleted_at_sunset,
     wrt_scaler_owns_replicas => wrt::wrt_scaler_owns_replicas,
     wrt_apply_failure => wrt::wrt_apply_failure,
     wrt_ssa_idempotency => wrt::wrt_ssa_idempotency,

@@ -211,6 +211,12 @@ pub(crate) fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatu
         .unwrap_or(VersionStatus::NotRegistered)
 }
 
+/// How long a Drained version keeps its workers before it is scaled to zero
+/// (`spec.sunset.scaledownDelay`, one hour unless set).
+pub fn scaledown_delay(spec: &twc_api::WorkerDeploymentSpec) -> Duration {
+    parse_delay(&spec.sunset.scaledown_delay, Duration::from_secs(3600))
+}
+
 fn parse_delay(value: &Option<String>, default: Duration) -> Duration {
     value
         .as_deref()
@@ -411,7 +417,7 @@ fn scale_and_sunset(
     let spec = &wd.spec;
     let state = &observed.temporal;
     let current = state.current_build_id.clone();
-    let scaledown = parse_delay(&spec.sunset.scaledown_delay, Duration::from_secs(3600));
+    let scaledown = scaledown_delay(spec);
     let delete_after =
         scaledown + parse_delay(&spec.sunset.delete_delay, Duration::from_secs(86400));
 

@@ -14,6 +14,7 @@
 pub mod plan;
 pub mod reconcile;
 pub mod render;
+pub mod sunset;
 
 use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
@@ -112,9 +113,11 @@ impl Triggers {
         }
     }
 
-    /// A WorkerDeployment event: its UID, spec (Temporal namespace) or deletion changed.
+    /// A WorkerDeployment event: its UID, spec (Temporal namespace), deletion, or which of its
+    /// versions are routed to or drained changed.
     pub fn worker_deployment<W: AsWorkerDeployment + Resource + Clone>(&self, event: &Event<W>) {
         Self::each(event, |wd, deleted| {
+            let routing = wd.routing();
             let wd = wd.worker_deployment();
             let wd = wd.as_ref();
             let ns = wd.namespace().unwrap_or_default();
@@ -122,6 +125,8 @@ impl Triggers {
                 let mut h = std::collections::hash_map::DefaultHasher::new();
                 (&wd.metadata.uid, wd.metadata.generation).hash(&mut h);
                 wd.metadata.deletion_timestamp.is_some().hash(&mut h);
+                // Which versions are routed to and which drained, for autoscalers at sunset.
+                routing.hash(&mut h);
                 h.finish()
             });
             if self.changed("wd", format!("{ns}/{}", wd.name_any()), fingerprint) {

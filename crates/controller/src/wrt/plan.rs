@@ -39,6 +39,11 @@ pub struct Observed {
     pub kind_problem: Option<Problem>,
     /// The kinds a template may name.
     pub allowed_kinds: Vec<String>,
+    /// Build IDs scaled down at sunset ([`super::sunset`]): a template that scales its version
+    /// has no copy for them.
+    pub sunset: BTreeSet<String>,
+    /// When the next version reaches its sunset scale-down.
+    pub next_sunset: Option<SystemTime>,
 }
 
 /// One rendered copy to server-side apply.
@@ -138,7 +143,11 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         .flat_map(|s| s.versions.iter())
         .map(|v| (v.build_id.as_str(), v))
         .collect();
+    let off = off_at_sunset(wrt, observed);
     for (build, deployment) in &observed.versions {
+        if off.contains(build.as_str()) {
+            continue;
+        }
         let name = render::resource_name(&wd.name, &wrt.name_any(), build);
         match render::render(template, &inputs, build, deployment) {
             Ok(object) => {
@@ -160,7 +169,7 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
     }
     plan.deletes = previous
         .keys()
-        .filter(|b| !observed.versions.contains_key(**b))
+        .filter(|b| !observed.versions.contains_key(**b) || off.contains(**b))
         .map(|b| {
             (
                 b.to_string(),
@@ -169,6 +178,20 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         })
         .collect();
     plan
+}
+
+/// The versions this template has no copy for: those scaled down at sunset, when it scales
+/// its version (an autoscaler there would scale the drained workers back up).
+fn off_at_sunset<'a>(wrt: &WorkerResourceTemplate, observed: &'a Observed) -> BTreeSet<&'a str> {
+    if !super::sunset::has_scale_target(&wrt.spec.template) {
+        return BTreeSet::new();
+    }
+    observed
+        .versions
+        .keys()
+        .filter(|b| observed.sunset.contains(*b))
+        .map(String::as_str)
+        .collect()
 }
 
 fn time(t: SystemTime) -> Option<Time> {
@@ -282,11 +305,14 @@ pub fn status(
     } else if let Some(e) = first_error {
         ("False", reason::APPLY_FAILED, e)
     } else {
-        (
-            "True",
-            reason::ALL_VERSIONS_APPLIED,
-            format!("applied for {} build IDs", observed.versions.len()),
-        )
+        let off = off_at_sunset(wrt, observed).len();
+        let mut message = format!("applied for {} build IDs", observed.versions.len() - off);
+        if off > 0 {
+            message.push_str(&format!(
+                "; none for the {off} scaled down at sunset (it would scale them back up)"
+            ));
+        }
+        ("True", reason::ALL_VERSIONS_APPLIED, message)
     };
     set_condition(
         &mut status.conditions,

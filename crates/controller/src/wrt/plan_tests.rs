@@ -47,6 +47,7 @@ fn observed(builds: &[&str]) -> Observed {
             .collect(),
         kind_problem: None,
         allowed_kinds: vec!["HorizontalPodAutoscaler".into()],
+        ..Default::default()
     }
 }
 
@@ -361,4 +362,58 @@ fn owner_reference_is_added_once_and_never_steals_a_controller() {
         plan(&t, &observed(&["v1"])).owner_references,
         Some(vec![not_controller, wd_owner()])
     );
+}
+
+/// TWC #544: an autoscaler's copy leaves a version scaled down at sunset and comes back when
+/// the version is routed to again; a copy that scales nothing (a PDB) stays.
+#[test]
+fn an_autoscaler_leaves_a_version_scaled_down_at_sunset_and_comes_back_with_it() {
+    let (_, t) = cycle(wrt(hpa()), &observed(&["v1", "v2"]), &[], at(0));
+    assert_eq!(builds(&t), ["v1", "v2"]);
+    let at_sunset = Observed {
+        sunset: ["v1".to_string()].into(),
+        ..observed(&["v1", "v2"])
+    };
+    let (p, t2) = cycle(t, &at_sunset, &[], at(10));
+    assert!(p.applies.is_empty());
+    assert_eq!(
+        p.deletes,
+        vec![(
+            "v1".to_string(),
+            render::resource_name("hello", "hpa", "v1")
+        )]
+    );
+    assert_eq!(builds(&t2), ["v2"], "pruned once the delete is confirmed");
+    let (st, _, message) = ready(&t2);
+    assert_eq!(st, "True");
+    assert!(
+        message.contains("none for the 1 scaled down at sunset"),
+        "{message}"
+    );
+    // Nothing more to do while it stays scaled down.
+    let (p, t3) = cycle(t2, &at_sunset, &[], at(20));
+    assert!(p.applies.is_empty() && p.deletes.is_empty());
+    // Routed to again: its copy is applied again.
+    let (p, t4) = cycle(t3, &observed(&["v1", "v2"]), &[], at(30));
+    assert_eq!(p.applies.len(), 1);
+    assert_eq!(p.applies[0].build_id, "v1");
+    assert_eq!(builds(&t4), ["v1", "v2"]);
+
+    // A PodDisruptionBudget scales nothing: it stays until the Deployment goes.
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                     "spec": {"minAvailable": 1}});
+    let kinds = vec!["PodDisruptionBudget".to_string()];
+    let both = Observed {
+        allowed_kinds: kinds.clone(),
+        ..observed(&["v1", "v2"])
+    };
+    let at_sunset = Observed {
+        allowed_kinds: kinds,
+        ..at_sunset
+    };
+    let (_, t) = cycle(wrt(pdb), &both, &[], at(0));
+    let (p, t2) = cycle(t, &at_sunset, &[], at(10));
+    assert!(p.deletes.is_empty());
+    assert_eq!(builds(&t2), ["v1", "v2"]);
+    assert_eq!(ready(&t2).2, "applied for 2 build IDs");
 }

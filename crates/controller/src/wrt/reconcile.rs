@@ -174,7 +174,12 @@ async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Act
     } else if failed {
         Action::requeue(RETRY)
     } else {
-        Action::requeue(ctx.resync)
+        // Back at the next version's sunset scale-down, when it comes before the resync.
+        let until_sunset = observed
+            .next_sunset
+            .and_then(|t| t.duration_since(SystemTime::now()).ok())
+            .map(|d| d + Duration::from_millis(500));
+        Action::requeue(until_sunset.map_or(ctx.resync, |d| d.min(ctx.resync)))
     })
 }
 
@@ -208,6 +213,10 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
         .into_values()
         .map(|d| (d.build_id, d.name))
         .collect();
+    // The drained versions and their times are in the status, which the cache keeps as JSON.
+    let sunset = super::sunset::sunset(&cached.full().0, SystemTime::now());
+    observed.sunset = sunset.builds;
+    observed.next_sunset = sunset.next;
     let template = &wrt.spec.template;
     if !render::check(template, &ctx.allowed_kinds).is_empty() {
         return (observed, None);

@@ -8,9 +8,12 @@
 mod apply;
 #[path = "wrt/render.rs"]
 mod render;
+#[path = "wrt/sunset.rs"]
+mod sunset;
 
 pub use apply::*;
 pub use render::*;
+pub use sunset::*;
 
 use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
