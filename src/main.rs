@@ -379,9 +379,11 @@ fn main() -> anyhow::Result<()> {
             );
             let runtime = tokio::runtime::Runtime::new()?;
             runtime.block_on(async move {
-                let client = Client::try_default()
+                // Its requests are counted (`rest_client_requests_total`).
+                let kube_config = kube::Config::infer()
                     .await
                     .context("no Kubernetes configuration (KUBECONFIG or in-cluster)")?;
+                let client = twc_controller::metrics::rest_client::client(kube_config)?;
                 let identity = match identity {
                     Some(i) => i,
                     None => default_identity(&client, &identity_prefix).await?,

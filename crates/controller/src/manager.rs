@@ -60,8 +60,15 @@ pub async fn run(
         .clone()
         .map(|c| Elector::new(client.clone(), c));
     let mut shutdown = std::pin::pin!(shutdown);
+    let lease_name = config.leader_election.as_ref().map(|c| c.name.clone());
+    let holding = |held: bool| {
+        if let Some(name) = &lease_name {
+            crate::metrics::global().set_lease_holder(name, held);
+        }
+    };
     loop {
         health.set_leading(false);
+        holding(false);
         if let Some(e) = elector.as_mut() {
             tokio::select! {
                 _ = e.acquire() => {}
@@ -69,6 +76,7 @@ pub async fn run(
             }
         }
         health.set_leading(true);
+        holding(true);
         let outcome = tokio::select! {
             _ = &mut shutdown => Outcome::Shutdown,
             _ = lead(&client, &config.controller, &health) => Outcome::Stopped,

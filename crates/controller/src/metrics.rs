@@ -1,12 +1,12 @@
 //! Prometheus metrics, one registry per process. Every metric here is listed in
 //! `docs/metrics.md`; a test reads that file and scrapes `/metrics` so the two cannot drift.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::sync::LazyLock;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, SystemTime};
 
+use kube::runtime::controller::Action;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -14,6 +14,12 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use twc_api::VersionStatus;
+
+pub mod rest_client;
+mod runtime;
+mod work_queue;
+
+pub use work_queue::WorkQueue;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ControllerLabels {
@@ -140,6 +146,8 @@ pub struct Metrics {
     restarts_in_progress: Family<PlaceLabels, Gauge>,
     restarts_waiting: Family<PlaceLabels, Gauge>,
     restarts: Family<AdmissionLabels, Counter>,
+    /// controller-runtime's names for TWC's dashboards and alerts.
+    runtime: runtime::Runtime,
 }
 
 static GLOBAL: LazyLock<Metrics> = LazyLock::new(Metrics::new);
@@ -151,7 +159,9 @@ pub fn global() -> &'static Metrics {
 
 impl Metrics {
     fn new() -> Self {
-        let mut registry = Registry::with_prefix("twc");
+        let mut root = Registry::default();
+        let runtime = runtime::Runtime::new(&mut root);
+        let registry = root.sub_registry_with_prefix("twc");
         let m = Self {
             reconciles: Family::default(),
             reconcile_errors: Family::default(),
@@ -173,6 +183,7 @@ impl Metrics {
             restarts_waiting: Family::default(),
             restarts: Family::default(),
             registry: Registry::default(),
+            runtime,
         };
         registry.register(
             "reconcile",
@@ -269,7 +280,10 @@ impl Metrics {
             "Always 1; the labels say what runs: crate version, git commit, compiler",
             m.build_info.clone(),
         );
-        Self { registry, ..m }
+        Self {
+            registry: root,
+            ..m
+        }
     }
 
     /// Records what the running binary was built from (`twc_build_info`), replacing any
@@ -312,12 +326,49 @@ impl Metrics {
 
     /// Marks a reconcile of `controller` as running until the guard drops.
     pub fn in_flight(&self, controller: &'static str) -> InFlight {
-        let gauge = self
-            .in_flight
-            .get_or_create(&ControllerLabels { controller })
-            .clone();
-        gauge.inc();
-        InFlight(gauge)
+        let gauges = [
+            self.in_flight
+                .get_or_create(&ControllerLabels { controller })
+                .clone(),
+            self.runtime.active_workers(controller),
+        ];
+        for g in &gauges {
+            g.inc();
+        }
+        InFlight(gauges)
+    }
+
+    /// How many reconciles of `controller` may run at once
+    /// (`controller_runtime_max_concurrent_reconciles`).
+    pub fn set_max_concurrent(&self, controller: &'static str, concurrency: u16) {
+        self.runtime
+            .max_concurrent
+            .get_or_create(&runtime::ControllerLabels {
+                controller: runtime::controller_name(controller),
+            })
+            .set(i64::from(concurrency));
+    }
+
+    /// Whether this replica holds Lease `lease` (`leader_election_master_status`, only with
+    /// leader election, as client-go reports it).
+    pub fn set_lease_holder(&self, lease: &str, holding: bool) {
+        self.runtime
+            .leader
+            .get_or_create(&runtime::LeaseLabels { name: lease.into() })
+            .set(i64::from(holding));
+    }
+
+    /// One request to the apiserver answered with `code` (an HTTP status, or `<error>` when
+    /// none came back), as client-go's `rest_client_requests_total` counts them.
+    pub fn rest_request(&self, code: &str, method: &str, host: &str) {
+        self.runtime
+            .rest_requests
+            .get_or_create(&runtime::RestLabels {
+                code: code.into(),
+                host: host.into(),
+                method: method.into(),
+            })
+            .inc();
     }
 
     /// Counts one Temporal RPC.
@@ -445,76 +496,40 @@ impl Metrics {
     }
 }
 
-/// The objects of one controller that were triggered and wait for their reconcile: a set, as
-/// kube-runtime's queue merges triggers of the same object, so its size is the queue depth.
-#[derive(Clone)]
-pub struct WorkQueue {
-    controller: &'static str,
-    /// Each waiting `namespace/name`, with when it was first triggered.
-    pending: std::sync::Arc<std::sync::Mutex<HashMap<String, std::time::Instant>>>,
-}
-
-impl WorkQueue {
-    pub fn new(controller: &'static str) -> Self {
-        Self {
-            controller,
-            pending: Default::default(),
-        }
-    }
-
-    fn update<T>(
-        &self,
-        change: impl FnOnce(&mut HashMap<String, std::time::Instant>) -> T,
-    ) -> Option<T> {
-        let mut pending = self.pending.lock().ok()?;
-        let out = change(&mut pending);
-        global()
-            .queue_depth
-            .get_or_create(&ControllerLabels {
-                controller: self.controller,
-            })
-            .set(i64::try_from(pending.len()).unwrap_or(i64::MAX));
-        Some(out)
-    }
-
-    /// `namespace/name` was triggered (a trigger while it waits keeps the first one's time).
-    pub fn queued(&self, key: String) {
-        self.update(|p| {
-            p.entry(key).or_insert_with(std::time::Instant::now);
-        });
-    }
-
-    /// The reconcile of `namespace/name` starts: how long it waited since it was triggered
-    /// (None for a requeue after a delay, which nothing triggered).
-    pub fn started(&self, key: &str) -> Option<Duration> {
-        self.update(|p| p.remove(key).map(|at| at.elapsed()))
-            .flatten()
-    }
-}
-
-/// Decrements the in-flight gauge when dropped (also when a reconcile is cancelled).
-pub struct InFlight(Gauge);
+/// Decrements the in-flight gauges when dropped (also when a reconcile is cancelled).
+pub struct InFlight([Gauge; 2]);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
-        self.0.dec();
+        for g in &self.0 {
+            g.dec();
+        }
     }
 }
 
 /// Runs one reconcile of `controller`, counting it, its time and its failure reason.
-pub async fn counted<T, E>(
+pub async fn counted<E>(
     controller: &'static str,
-    reconcile: impl Future<Output = Result<T, E>>,
+    reconcile: impl Future<Output = Result<Action, E>>,
     reason: impl Fn(&E) -> &'static str,
-) -> Result<T, E> {
+) -> Result<Action, E> {
     let m = global();
     let _running = m.in_flight(controller);
     let start = std::time::Instant::now();
     let result = reconcile.await;
-    m.reconciled(controller, start.elapsed());
-    if let Err(e) = &result {
-        m.reconcile_failed(controller, reason(e));
-    }
+    let took = start.elapsed();
+    m.reconciled(controller, took);
+    // controller-runtime's result label: a reconcile that asks to run again later is
+    // `requeue_after` (most here do: the steady poll), one that waits for a change `success`.
+    let outcome = match &result {
+        Err(e) => {
+            m.reconcile_failed(controller, reason(e));
+            "error"
+        }
+        Ok(a) if *a == Action::await_change() => "success",
+        Ok(_) => "requeue_after",
+    };
+    m.runtime.reconciled(controller, outcome, took);
     result
 }
 

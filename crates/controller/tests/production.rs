@@ -90,12 +90,21 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 fn documented_metrics() -> Vec<(String, bool)> {
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
     let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
+    // Ours, and controller-runtime's and client-go's names beside them.
+    let prefixes = [
+        "twc_",
+        "controller_runtime_",
+        "workqueue_",
+        "rest_client_",
+        "leader_election_",
+    ];
     let names: Vec<(String, bool)> = text
         .lines()
-        .filter_map(|l| l.strip_prefix("| `twc_"))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
         .filter_map(|l| {
             let name = l.split('`').next()?;
-            Some((format!("twc_{name}"), l.contains("Only present")))
+            Some((name.to_string(), l.contains("Only present")))
         })
         .collect();
     assert!(names.len() >= 8, "docs/metrics.md lists {names:?}");
@@ -171,6 +180,22 @@ async fn one_leader_reconciles_and_a_standby_finishes_its_rollout() -> TestResul
     let spare_metrics = replicas[standby].metrics().await;
     assert_eq!(sample(&lead_metrics, "twc_leader"), Some(1.0));
     assert_eq!(sample(&spare_metrics, "twc_leader"), Some(0.0));
+    // client-go's and controller-runtime's names, as TWC's dashboards query them.
+    let master = format!("leader_election_master_status{{name=\"{lease_id}\"}}");
+    assert_eq!(sample(&lead_metrics, &master), Some(1.0), "{lead_metrics}");
+    assert_eq!(
+        sample(&spare_metrics, &master),
+        Some(0.0),
+        "{spare_metrics}"
+    );
+    let runtime_reconciles = "controller_runtime_reconcile_total{controller=\"workerdeployment\",result=\"requeue_after\"}";
+    assert!(sample(&lead_metrics, runtime_reconciles).is_some_and(|n| n > 0.0));
+    assert!(
+        lead_metrics
+            .lines()
+            .any(|l| l.starts_with("rest_client_requests_total{code=\"200\",host=\"127.0.0.1:")),
+        "{lead_metrics}"
+    );
     let reconciles = "twc_reconcile_total{controller=\"WorkerDeployment\"}";
     assert!(sample(&lead_metrics, reconciles).is_some_and(|n| n > 0.0));
     assert_eq!(

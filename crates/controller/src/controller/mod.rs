@@ -267,6 +267,14 @@ async fn run_controllers(
         }),
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
+    for kind in [
+        "WorkerDeployment",
+        "WorkerResourceTemplate",
+        "Connection",
+        "ClusterConnection",
+    ] {
+        crate::metrics::global().set_max_concurrent(kind, config.concurrency);
+    }
     let discovery = crate::wrt::Discovery::default();
     let mut tasks: Vec<futures::future::BoxFuture<'static, ()>> = vec![
         Box::pin(open),

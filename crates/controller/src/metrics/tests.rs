@@ -62,6 +62,15 @@ fn every_family_is_documented_and_registered() {
         controller: "WorkerDeployment",
     };
     m.queue_depth.get_or_create(&queue).set(1);
+    m.runtime
+        .reconciled("WorkerDeployment", "error", Duration::from_millis(3));
+    m.set_max_concurrent("WorkerDeployment", 32);
+    m.set_lease_holder("twc", true);
+    m.rest_request("200", "GET", "127.0.0.1:6443");
+    m.runtime.queue_depth("WorkerDeployment", 1);
+    m.runtime.queue_added("WorkerDeployment");
+    m.runtime
+        .queue_waited("WorkerDeployment", Duration::from_millis(1));
     let text = m.encode();
     let exposed: std::collections::BTreeSet<String> = text
         .lines()
@@ -77,10 +86,18 @@ fn every_family_is_documented_and_registered() {
         .collect();
     let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
     let doc = std::fs::read_to_string(doc).unwrap_or_default();
+    let prefixes = [
+        "twc_",
+        "controller_runtime_",
+        "workqueue_",
+        "rest_client_",
+        "leader_election_",
+    ];
     let documented: std::collections::BTreeSet<String> = doc
         .lines()
-        .filter_map(|l| l.strip_prefix("| `twc_"))
-        .filter_map(|l| Some(format!("twc_{}", l.split('`').next()?)))
+        .filter_map(|l| l.strip_prefix("| `"))
+        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .filter_map(|l| Some(l.split('`').next()?.to_string()))
         .collect();
     assert_eq!(
         exposed, documented,
@@ -102,4 +119,33 @@ fn build_info_is_one_series() {
         series,
         ["twc_build_info{version=\"0.1.0\",commit=\"def\",rustc=\"rustc 2\"} 1"]
     );
+}
+
+/// controller-runtime's families carry its names, labels and buckets: a TWC dashboard's query
+/// finds the same series.
+#[test]
+fn controller_runtime_names_labels_and_buckets() {
+    let m = Metrics::new();
+    m.runtime.reconciled(
+        "WorkerDeployment",
+        "requeue_after",
+        Duration::from_millis(20),
+    );
+    m.runtime
+        .reconciled("WorkerDeployment", "error", Duration::from_millis(20));
+    m.rest_request("404", "GET", "10.0.0.1:443");
+    let text = m.encode();
+    for series in [
+        "controller_runtime_reconcile_total{controller=\"workerdeployment\",result=\"requeue_after\"} 1",
+        "controller_runtime_reconcile_total{controller=\"workerdeployment\",result=\"error\"} 1",
+        "controller_runtime_reconcile_errors_total{controller=\"workerdeployment\"} 1",
+        "workqueue_retries_total{controller=\"workerdeployment\",name=\"workerdeployment\"} 1",
+        "controller_runtime_reconcile_time_seconds_bucket{le=\"0.025\",controller=\"workerdeployment\"} 2",
+        "controller_runtime_reconcile_time_seconds_bucket{le=\"0.01\",controller=\"workerdeployment\"} 0",
+        "rest_client_requests_total{code=\"404\",host=\"10.0.0.1:443\",method=\"GET\"} 1",
+    ] {
+        assert!(text.contains(series), "{series} not in:\n{text}");
+    }
+    // Buckets end at 60 s, as controller-runtime's.
+    assert!(text.contains("controller_runtime_reconcile_time_seconds_bucket{le=\"60.0\""));
 }

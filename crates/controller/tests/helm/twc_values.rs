@@ -11,8 +11,8 @@ use crate::render::{CHART, FULLNAME_SUFFIX, env_value, helm, helm_template, one,
 /// `kubeRBACProxy` and `rbac.createEndUserRoles`).
 const TWC_VALUES: &str = "crates/controller/tests/fixtures/twc-values.yaml";
 
-/// The install notes (`templates/NOTES.txt`) of a client-side dry-run install (Helm 3.22
-/// checks that the cluster is reachable even then, hence the test apiserver's kubeconfig).
+/// The install notes (`templates/NOTES.txt`) of a client-side dry-run install (Helm checks
+/// that the cluster is reachable even then, hence the test apiserver's kubeconfig).
 async fn notes(w: &World, args: &[&str]) -> String {
     let kubeconfig = w.env.control_plane.kubeconfig_path.display().to_string();
     let mut all = vec!["install", "notes", CHART, "--dry-run=client", "-n", "notes"];

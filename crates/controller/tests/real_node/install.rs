@@ -1,11 +1,15 @@
 //! What the install gives: the chart's controller running the image built here under the
-//! restricted standard, and worker containers with the injected environment.
+//! restricted standard, worker containers with the injected environment, and a team's own
+//! release judged by Helm 4's `--wait`.
+
+use std::time::Duration;
 
 use crate::node::cluster;
-use crate::workers::{container_id, pods_of, ready, rolled_out_v1, task_pid};
+use crate::workers::{container_id, pods_of, ready, rolled_out_to, rolled_out_v1, task_pid};
 use crate::{CONTROLLER_IMAGE, SYSTEM, TestResult};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ListParams};
+use twc_api::WorkerDeployment;
 use twc_testenv::node::{self};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -96,6 +100,77 @@ async fn worker_containers_get_the_injected_environment() -> TestResult {
     assert_eq!(
         get("TEMPORAL_ADDRESS").as_deref(),
         Some(env.temporal_address_for_pods())
+    );
+    Ok(())
+}
+
+/// Helm 4's `--wait` judges our kinds with kstatus: a team's release holding a Connection and a
+/// WorkerDeployment succeeds once the workers are rolled out, and one whose template the
+/// controller refuses fails at once with the reason instead of waiting out its timeout.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_install_wait_succeeds_once_rolled_out_and_fails_at_once_on_an_invalid_template()
+-> TestResult {
+    let env = cluster().await?;
+    let client = env.client().await?;
+    let ns = env.namespace("node-helm").await?;
+    let temporal_ns = env.temporal_namespace().await?;
+    let kubeconfig = env.control_plane.kubeconfig_path.display().to_string();
+    let chart = "crates/controller/tests/fixtures/worker-chart";
+    let install = |release: &'static str, extra: Vec<String>| {
+        let mut args: Vec<String> = [
+            "install",
+            release,
+            chart,
+            "--namespace",
+            &ns,
+            "--kubeconfig",
+            &kubeconfig,
+            "--wait",
+            "--timeout",
+            "3m",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        for v in [
+            format!("hostPort={}", env.temporal_address_for_pods()),
+            format!("temporalNamespace={temporal_ns}"),
+        ]
+        .into_iter()
+        .chain(extra)
+        {
+            args.extend(["--set".to_string(), v]);
+        }
+        async move {
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            let started = std::time::Instant::now();
+            (twc_testenv::node::helm(&args).await, started.elapsed())
+        }
+    };
+
+    let (good, took) = install("good", vec![]).await;
+    good.map_err(|e| format!("helm install --wait of a good release: {e}"))?;
+    let wd = Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
+        .get("good")
+        .await?;
+    let s = serde_json::to_value(&wd.status)?;
+    assert!(
+        rolled_out_to(&s, None),
+        "helm returned before the rollout was done ({took:?}): {s}"
+    );
+
+    let (bad, took) = install("bad", vec!["cpuLimit=lots".into()]).await;
+    let Err(e) = bad else {
+        return Err("helm install --wait of an invalid template succeeded".into());
+    };
+    let said = e.to_string();
+    assert!(
+        took < Duration::from_secs(60),
+        "failed only after {took:?}: {said}"
+    );
+    assert!(
+        said.contains("spec.template") && said.contains("cpu"),
+        "helm names the reason: {said}"
     );
     Ok(())
 }
