@@ -317,11 +317,13 @@ impl Metrics {
             .observe(took.as_secs_f64());
     }
 
-    /// Counts a reconcile of `controller` that failed with `reason`.
+    /// Counts a reconcile of `controller` that failed with `reason` (also one that records
+    /// its failure in the status and returns normally: [`counted`] reports it as an error).
     pub fn reconcile_failed(&self, controller: &'static str, reason: &'static str) {
         self.reconcile_errors
             .get_or_create(&ErrorLabels { controller, reason })
             .inc();
+        let _ = FAILED.try_with(|f| f.set(true));
     }
 
     /// Marks a reconcile of `controller` as running until the guard drops.
@@ -507,6 +509,11 @@ impl Drop for InFlight {
     }
 }
 
+tokio::task_local! {
+    /// Set when the reconcile running on this task recorded a failure.
+    static FAILED: std::cell::Cell<bool>;
+}
+
 /// Runs one reconcile of `controller`, counting it, its time and its failure reason.
 pub async fn counted<E>(
     controller: &'static str,
@@ -516,16 +523,23 @@ pub async fn counted<E>(
     let m = global();
     let _running = m.in_flight(controller);
     let start = std::time::Instant::now();
-    let result = reconcile.await;
+    let (result, failed) = FAILED
+        .scope(std::cell::Cell::new(false), async {
+            let result = reconcile.await;
+            (result, FAILED.with(std::cell::Cell::get))
+        })
+        .await;
     let took = start.elapsed();
     m.reconciled(controller, took);
-    // controller-runtime's result label: a reconcile that asks to run again later is
-    // `requeue_after` (most here do: the steady poll), one that waits for a change `success`.
+    // controller-runtime's result label: a failure is `error` (whether returned, or recorded in
+    // the status as the WorkerDeployment's reconcile does), a reconcile that asks to run again
+    // later `requeue_after` (most do: the steady poll), one that waits for a change `success`.
     let outcome = match &result {
         Err(e) => {
             m.reconcile_failed(controller, reason(e));
             "error"
         }
+        Ok(_) if failed => "error",
         Ok(a) if *a == Action::await_change() => "success",
         Ok(_) => "requeue_after",
     };

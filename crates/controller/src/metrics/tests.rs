@@ -149,3 +149,29 @@ fn controller_runtime_names_labels_and_buckets() {
     // Buckets end at 60 s, as controller-runtime's.
     assert!(text.contains("controller_runtime_reconcile_time_seconds_bucket{le=\"60.0\""));
 }
+
+/// A reconcile that records its failure in the status and returns normally (as the
+/// WorkerDeployment's does) is an error for controller-runtime's counters too.
+#[tokio::test]
+async fn a_failure_recorded_and_returned_normally_is_an_error() {
+    let ok = || async { Ok::<_, ()>(Action::requeue(Duration::from_secs(1))) };
+    counted("TestRecorded", ok(), |_| "x").await.ok();
+    counted(
+        "TestRecorded",
+        async {
+            global().reconcile_failed("TestRecorded", "ConnectionNotFound");
+            Ok::<_, ()>(Action::requeue(Duration::from_secs(1)))
+        },
+        |_| "x",
+    )
+    .await
+    .ok();
+    let text = global().encode();
+    for series in [
+        "controller_runtime_reconcile_total{controller=\"testrecorded\",result=\"requeue_after\"} 1",
+        "controller_runtime_reconcile_total{controller=\"testrecorded\",result=\"error\"} 1",
+        "controller_runtime_reconcile_errors_total{controller=\"testrecorded\"} 1",
+    ] {
+        assert!(text.contains(series), "{series} not in:\n{text}");
+    }
+}
