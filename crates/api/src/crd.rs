@@ -11,12 +11,39 @@ use crate::{ClusterConnection, Connection, Sharing, WorkerDeployment, WorkerReso
 
 /// Every CRD of the `temporal.io` group this controller serves, in a stable order.
 pub fn all() -> Vec<CustomResourceDefinition> {
-    vec![
+    let mut crds = vec![
         worker_deployment(),
         Connection::crd(),
         cluster_connection(),
         WorkerResourceTemplate::crd(),
-    ]
+    ];
+    for crd in &mut crds {
+        status_read_as_not_observed(crd);
+    }
+    crds
+}
+
+/// An object the controller has not written a status for yet reads with
+/// `status: {observedGeneration: 0}` (a schema default, applied when the apiserver reads it):
+/// kstatus, which Helm 4's `--wait` and Flux use, reads an object without any status as done
+/// ("Current"), so `helm install --wait` returned before the controller had even seen a
+/// WorkerDeployment, and a spec that can never work passed. Generation 1 observed as 0 reads
+/// "in progress" until the first status write.
+fn status_read_as_not_observed(crd: &mut CustomResourceDefinition) {
+    let roots = crd
+        .spec
+        .versions
+        .iter_mut()
+        .filter_map(|v| v.schema.as_mut()?.open_api_v3_schema.as_mut());
+    for root in roots {
+        if let Some(status) = root.properties.as_mut().and_then(|p| p.get_mut("status")) {
+            status.default = Some(
+                k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSON(
+                    serde_json::json!({"observedGeneration": 0}),
+                ),
+            );
+        }
+    }
 }
 
 /// The WorkerDeployment CRD. Descriptions inside `spec.template` (the core Pod schema, which

@@ -108,6 +108,7 @@ pub struct WorkerResourceTemplateVersionStatus {
 
 /// The observed state of a WorkerResourceTemplate.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
 pub struct WorkerResourceTemplateStatus {
     /// Apply state per build ID.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]

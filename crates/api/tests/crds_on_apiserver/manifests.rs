@@ -270,3 +270,44 @@ async fn cluster_connection_round_trips_through_the_typed_api() -> TestResult {
     api.delete(&name, &Default::default()).await?;
     Ok(())
 }
+
+/// Before the controller writes a status, every kind reads as generation 1 observed as 0, so
+/// kstatus (Helm 4's `--wait`, Flux) says "in progress" instead of "current" for an object
+/// nobody has looked at yet; a status write replaces it.
+#[tokio::test]
+async fn an_object_without_a_status_reads_as_not_yet_observed() -> TestResult {
+    let (env, client) = setup().await?;
+    let ns = env.namespace("unobserved").await?;
+    let wd = create(&api(&client, &ns, "WorkerDeployment"), minimal_wd("fresh")).await?;
+    let conn = create(
+        &api(&client, &ns, "Connection"),
+        crate::minimal_connection("Connection", "fresh"),
+    )
+    .await?;
+    let wrt = create(
+        &api(&client, &ns, "WorkerResourceTemplate"),
+        json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": "fresh"},
+            "spec": {"workerDeploymentRef": {"name": "fresh"}, "template": {
+                "apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "spec": {"minAvailable": 1}}}
+        }),
+    )
+    .await?;
+    for created in [&wd, &conn, &wrt] {
+        assert_eq!(created.data["status"], json!({"observedGeneration": 0}));
+        let mut object = serde_json::to_value(created)?;
+        object["apiVersion"] = json!("temporal.io/v1alpha1");
+        let verdict = twc_testenv::kstatus::of(&object)?;
+        assert_eq!(verdict.status, "InProgress", "{verdict:?}");
+    }
+    // Read back through a list (what a watcher starts from), too.
+    let listed = api(&client, &ns, "WorkerDeployment")
+        .list(&Default::default())
+        .await?;
+    assert_eq!(
+        listed.items[0].data["status"]["observedGeneration"],
+        json!(0)
+    );
+    Ok(())
+}

@@ -154,6 +154,9 @@ pub enum Reach {
     Reached,
     /// Its reconcile could not use the connection: the condition's reason and message.
     Failed { reason: String, message: String },
+    /// It stopped before it used the connection, for a reason of its own (an invalid spec):
+    /// the condition's reason. It says nothing of the connection, and nothing waits on it.
+    Idle { reason: String },
 }
 
 /// `Ready` reasons that say a WorkerDeployment could not use its connection.
@@ -167,13 +170,23 @@ const CONNECTION_FAILURES: &[&str] = &[
 
 impl Reach {
     pub fn of(wd: &WorkerDeployment, standing: &Standing) -> Self {
-        if *standing != Standing::Established {
-            return Reach::Pending;
-        }
         let ready = wd
             .status
             .as_ref()
             .and_then(|s| s.conditions.iter().find(|c| c.type_ == conditions::READY));
+        if *standing != Standing::Established {
+            // Never reconciled through any connection, and stopped on its own spec.
+            return match (standing, ready) {
+                (Standing::Unreconciled(_), Some(c))
+                    if c.status == "False" && !CONNECTION_FAILURES.contains(&c.reason.as_str()) =>
+                {
+                    Reach::Idle {
+                        reason: c.reason.clone(),
+                    }
+                }
+                _ => Reach::Pending,
+            };
+        }
         match ready {
             None => Reach::Pending,
             Some(c) if CONNECTION_FAILURES.contains(&c.reason.as_str()) => Reach::Failed {

@@ -124,6 +124,28 @@ fn ready(users: &[(WdKey, Reach)]) -> (&'static str, &str, String) {
             }
             ("False", reason, message)
         }
+        None if users.iter().all(|(_, r)| matches!(r, Reach::Idle { .. })) => {
+            // Every user stopped on its own spec before it used the connection: nothing
+            // waits for it (their own conditions say why), as with no user at all.
+            let names: Vec<String> = users
+                .iter()
+                .take(NAMED_FAILURES)
+                .filter_map(|((ns, name), r)| match r {
+                    Reach::Idle { reason } => Some(format!("{ns}/{name} ({reason})")),
+                    _ => None,
+                })
+                .collect();
+            (
+                "True",
+                conditions::CONNECTION_NOT_USED,
+                format!(
+                    "{total} WorkerDeployment{} reference{} it but stopped before using it: {}",
+                    plural(total),
+                    if total == 1 { "s" } else { "" },
+                    names.join(", ")
+                ),
+            )
+        }
         None => (
             "Unknown",
             conditions::CONNECTION_PENDING,
@@ -175,6 +197,29 @@ mod tests {
             .find(|c| c.type_ == "Ready")
             .map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
             .unwrap_or_default()
+    }
+
+    #[test]
+    fn users_stopped_on_their_own_spec_leave_it_ready_and_pending_ones_do_not() {
+        let idle = || Reach::Idle {
+            reason: "InvalidSpec".into(),
+        };
+        let s = desired(
+            None,
+            &[user("a", "bad", idle())],
+            Some(1),
+            SystemTime::now(),
+        );
+        let (status, reason, message) = ready_of(&s);
+        assert_eq!((status.as_str(), reason.as_str()), ("True", "NotUsed"));
+        assert!(message.contains("a/bad (InvalidSpec)"), "{message}");
+        let s = desired(
+            None,
+            &[user("a", "bad", idle()), user("b", "w", Reach::Pending)],
+            Some(1),
+            SystemTime::now(),
+        );
+        assert_eq!(ready_of(&s).1, "Pending");
     }
 
     #[test]

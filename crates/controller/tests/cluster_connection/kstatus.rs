@@ -49,8 +49,14 @@ async fn create_wd(
         .unwrap_or_else(|e| panic!("create WorkerDeployment {ns}/{name}: {e}"));
 }
 
-/// Waits until kstatus says `want` of the object `get` reads; returns its message.
-async fn wait_kstatus<K, F, Fut>(what: &str, want: &str, timeout: Duration, get: F) -> String
+/// Waits until kstatus says `want` of the object `get` reads, with a message containing
+/// `saying`; returns the message.
+async fn wait_kstatus<K, F, Fut>(
+    what: &str,
+    (want, saying): (&str, &str),
+    timeout: Duration,
+    get: F,
+) -> String
 where
     K: serde::Serialize,
     F: Fn() -> Fut,
@@ -61,7 +67,7 @@ where
         async move {
             let object = read.await.map_err(|e| e.to_string())?;
             let verdict = kstatus_of(&object);
-            if verdict.status == want {
+            if verdict.status == want && verdict.message.contains(saying) {
                 Ok(verdict.message)
             } else {
                 Err(format!("{verdict:?}"))
@@ -92,21 +98,34 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
     let wds: Api<WorkerDeployment> = Api::namespaced(client.clone(), &ns);
     let wrts: Api<WorkerResourceTemplate> = Api::namespaced(client.clone(), &ns);
 
+    // Nothing has looked at a new object yet: in progress (generation 1 observed as 0), never
+    // "current" before the controller's first status.
+    let fresh = unique("kstatus-fresh");
+    let created = w.cluster_connection(&fresh).await;
+    assert_eq!(
+        kstatus_of(&created).status,
+        "InProgress",
+        "{:?}",
+        kstatus_of(&created)
+    );
     // A ClusterConnection nobody uses yet: nothing waits for it (a platform team's
     // `helm install --wait` of it alone must end).
     let unused = unique("kstatus-unused");
     w.cluster_connection(&unused).await;
     let ccs: Api<ClusterConnection> = Api::all(client.clone());
-    wait_kstatus("an unused ClusterConnection", "Current", QUICK, || {
-        ccs.get(&unused)
-    })
+    wait_kstatus(
+        "an unused ClusterConnection",
+        ("Current", ""),
+        QUICK,
+        || ccs.get(&unused),
+    )
     .await;
 
     // A Connection that is not there yet: the release may still be applying it.
     create_wd(w, &ns, "early", by_name("later"), |_| {}).await;
     let message = wait_kstatus(
         "a WorkerDeployment before its Connection",
-        "InProgress",
+        ("InProgress", "later"),
         QUICK,
         || wds.get_status("early"),
     )
@@ -119,7 +138,7 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
             json!({"limits": {"cpu": "lots"}});
     })
     .await;
-    let message = wait_kstatus("an invalid template", "Failed", QUICK, || {
+    let message = wait_kstatus("an invalid template", ("Failed", ""), QUICK, || {
         wds.get_status("bad")
     })
     .await;
@@ -139,7 +158,7 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
     )
     .await?;
     create_wd(w, &ns, "refused", cluster_ref(&strict), |_| {}).await;
-    let message = wait_kstatus("a refused ClusterConnection", "Failed", QUICK, || {
+    let message = wait_kstatus("a refused ClusterConnection", ("Failed", ""), QUICK, || {
         wds.get_status("refused")
     })
     .await;
@@ -158,7 +177,7 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
     .await;
     wait_kstatus(
         "a template before its WorkerDeployment",
-        "InProgress",
+        ("InProgress", "not found"),
         QUICK,
         || wrts.get_status("orphan"),
     )
@@ -168,12 +187,15 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
     // the Connection it uses.
     w.connection(&ns, "later").await;
     wait_wd(&client, &ns, "early", "rolled out", ROLLOUT, rolled_out).await;
-    wait_kstatus("a rolled-out WorkerDeployment", "Current", QUICK, || {
-        wds.get_status("early")
-    })
+    wait_kstatus(
+        "a rolled-out WorkerDeployment",
+        ("Current", ""),
+        QUICK,
+        || wds.get_status("early"),
+    )
     .await;
     let connections: Api<Connection> = Api::namespaced(client.clone(), &ns);
-    wait_kstatus("a Connection in use", "Current", QUICK, || {
+    wait_kstatus("a Connection in use", ("Current", ""), QUICK, || {
         connections.get_status("later")
     })
     .await;
@@ -187,9 +209,12 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
         "spec": {"scaleTargetRef": {}, "minReplicas": 3, "maxReplicas": 2}}),
     )
     .await;
-    let message = wait_kstatus("a template the apiserver refuses", "Failed", QUICK, || {
-        wrts.get_status("refused")
-    })
+    let message = wait_kstatus(
+        "a template the apiserver refuses",
+        ("Failed", ""),
+        QUICK,
+        || wrts.get_status("refused"),
+    )
     .await;
     assert!(message.contains("maxReplicas"), "{message}");
     wrt(
@@ -201,7 +226,7 @@ async fn gitops_tools_read_each_kind_as_done_in_progress_or_failed() -> TestResu
         "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 2}}),
     )
     .await;
-    wait_kstatus("an applied template", "Current", QUICK, || {
+    wait_kstatus("an applied template", ("Current", ""), QUICK, || {
         wrts.get_status("good")
     })
     .await;
