@@ -124,6 +124,16 @@ fn status_name(status: VersionStatus) -> &'static str {
     }
 }
 
+/// The name prefixes of every family exported: ours, then controller-runtime's and client-go's
+/// (docs/metrics.md lists each family; the tests read it by these).
+pub const FAMILY_PREFIXES: &[&str] = &[
+    "twc_",
+    "controller_runtime_",
+    "workqueue_",
+    "rest_client_",
+    "leader_election_",
+];
+
 /// The process's metrics.
 pub struct Metrics {
     registry: Registry,

@@ -90,18 +90,14 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
 fn documented_metrics() -> Vec<(String, bool)> {
     let doc = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/metrics.md");
     let text = std::fs::read_to_string(&doc).unwrap_or_else(|e| panic!("{}: {e}", doc.display()));
-    // Ours, and controller-runtime's and client-go's names beside them.
-    let prefixes = [
-        "twc_",
-        "controller_runtime_",
-        "workqueue_",
-        "rest_client_",
-        "leader_election_",
-    ];
     let names: Vec<(String, bool)> = text
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
-        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .filter(|l| {
+            twc_controller::metrics::FAMILY_PREFIXES
+                .iter()
+                .any(|p| l.starts_with(p))
+        })
         .filter_map(|l| {
             let name = l.split('`').next()?;
             Some((name.to_string(), l.contains("Only present")))

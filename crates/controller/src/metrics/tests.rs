@@ -86,17 +86,10 @@ fn every_family_is_documented_and_registered() {
         .collect();
     let doc = concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/metrics.md");
     let doc = std::fs::read_to_string(doc).unwrap_or_default();
-    let prefixes = [
-        "twc_",
-        "controller_runtime_",
-        "workqueue_",
-        "rest_client_",
-        "leader_election_",
-    ];
     let documented: std::collections::BTreeSet<String> = doc
         .lines()
         .filter_map(|l| l.strip_prefix("| `"))
-        .filter(|l| prefixes.iter().any(|p| l.starts_with(p)))
+        .filter(|l| FAMILY_PREFIXES.iter().any(|p| l.starts_with(p)))
         .filter_map(|l| Some(l.split('`').next()?.to_string()))
         .collect();
     assert_eq!(

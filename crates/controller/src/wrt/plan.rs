@@ -183,7 +183,7 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
 /// The versions this template has no copy for: those scaled down at sunset, when it scales
 /// its version (an autoscaler there would scale the drained workers back up).
 fn off_at_sunset<'a>(wrt: &WorkerResourceTemplate, observed: &'a Observed) -> BTreeSet<&'a str> {
-    if !super::sunset::has_scale_target(&wrt.spec.template) {
+    if !render::scales_target(&wrt.spec.template) {
         return BTreeSet::new();
     }
     observed

@@ -367,3 +367,18 @@ fn gvk_of_core_and_grouped_kinds() {
     );
     assert_eq!(gvk(&json!({"kind": "ConfigMap"})), None);
 }
+
+/// TWC's `HasScaleTarget`: any `scaleTargetRef` under `spec`, whatever its kind or value.
+#[test]
+fn only_a_scale_target_under_spec_makes_an_autoscaler() {
+    let hpa = json!({"kind": "HorizontalPodAutoscaler", "spec": {"scaleTargetRef": {}}});
+    let keda = json!({"kind": "ScaledObject", "spec": {"advanced": {}, "triggers": [{"x": {"scaleTargetRef": null}}]}});
+    let pdb = json!({"kind": "PodDisruptionBudget", "spec": {"minAvailable": 1}});
+    let vpa = json!({"kind": "VerticalPodAutoscaler", "spec": {"targetRef": {}}});
+    let outside = json!({"kind": "X", "metadata": {"scaleTargetRef": {}}});
+    assert!(scales_target(&hpa));
+    assert!(scales_target(&keda));
+    assert!(!scales_target(&pdb));
+    assert!(!scales_target(&vpa));
+    assert!(!scales_target(&outside));
+}

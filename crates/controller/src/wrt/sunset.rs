@@ -2,26 +2,13 @@
 //! (any `scaleTargetRef` under `spec`: an HPA, a KEDA ScaledObject) is deleted once the version
 //! is scaled down at sunset, so it cannot scale the drained workers back up, and comes back when
 //! the version is routed to again. Other copies (a PodDisruptionBudget) stay until the versioned
-//! Deployment goes. Pure.
+//! Deployment goes. Which templates scale their version is [`super::render::scales_target`].
+//! Pure.
 
 use std::collections::BTreeSet;
 use std::time::SystemTime;
 
-use serde_json::Value;
 use twc_api::{VersionStatus, WorkerDeployment};
-
-/// Whether `template` scales its version: a key `scaleTargetRef` anywhere under `spec`,
-/// whatever its value (TWC's rule: kind-agnostic, so a VPA's `targetRef` does not count).
-pub fn has_scale_target(template: &Value) -> bool {
-    fn walk(v: &Value) -> bool {
-        match v {
-            Value::Object(m) => m.iter().any(|(k, v)| k == "scaleTargetRef" || walk(v)),
-            Value::Array(a) => a.iter().any(walk),
-            _ => false,
-        }
-    }
-    template.get("spec").is_some_and(walk)
-}
 
 /// The versions of `wd` past their sunset scale-down, and when the next one will be.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -75,22 +62,8 @@ pub fn sunset(wd: &WorkerDeployment, now: SystemTime) -> Sunset {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::json;
+    use serde_json::{Value, json};
     use std::time::Duration;
-
-    #[test]
-    fn only_a_scale_target_under_spec_makes_an_autoscaler() {
-        let hpa = json!({"kind": "HorizontalPodAutoscaler", "spec": {"scaleTargetRef": {}}});
-        let keda = json!({"kind": "ScaledObject", "spec": {"advanced": {}, "triggers": [{"x": {"scaleTargetRef": null}}]}});
-        let pdb = json!({"kind": "PodDisruptionBudget", "spec": {"minAvailable": 1}});
-        let vpa = json!({"kind": "VerticalPodAutoscaler", "spec": {"targetRef": {}}});
-        let outside = json!({"kind": "X", "metadata": {"scaleTargetRef": {}}});
-        assert!(has_scale_target(&hpa));
-        assert!(has_scale_target(&keda));
-        assert!(!has_scale_target(&pdb));
-        assert!(!has_scale_target(&vpa));
-        assert!(!has_scale_target(&outside));
-    }
 
     fn wd(delay: &str, deprecated: Value, target: &str) -> WorkerDeployment {
         serde_json::from_value(json!({

@@ -12,7 +12,7 @@ use twc_api::{ClusterConnection, Connection, WorkerDeployment, WorkerResourceTem
 use crate::common::*;
 use crate::{QUICK, ROLLOUT};
 
-/// A WorkerDeployment of the example worker on `connection_ref`, `edit` applied to its JSON.
+/// [`example_worker_deployment`] on `connection_ref`, `edit` applied to its JSON.
 async fn create_wd(
     w: &World,
     ns: &str,
@@ -25,23 +25,7 @@ async fn create_wd(
         .temporal_namespace()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let mut wd = json!({
-        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
-        "metadata": {"name": name, "namespace": ns},
-        "spec": {
-            "replicas": 1,
-            "workerOptions": {"connectionRef": connection_ref, "temporalNamespace": temporal_ns},
-            "rollout": {"strategy": "AllAtOnce"},
-            "template": {"spec": {
-                "terminationGracePeriodSeconds": 2,
-                "containers": [{
-                    "name": "worker",
-                    "image": format!("{WORKER_IMAGE}:v1"),
-                    "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
-                }]
-            }}
-        }
-    });
+    let mut wd = example_worker_deployment(ns, name, connection_ref, "v1", &temporal_ns);
     edit(&mut wd);
     Api::<WorkerDeployment>::namespaced(w.client().await, ns)
         .create(&PostParams::default(), &from_json(wd))

@@ -212,29 +212,47 @@ impl World {
         version: &str,
         temporal_ns: &str,
     ) -> WorkerDeployment {
-        let wd: WorkerDeployment = from_json(json!({
-            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
-            "metadata": {"name": name, "namespace": ns},
-            "spec": {
-                "replicas": 1,
-                "workerOptions": {"connectionRef": connection_ref, "temporalNamespace": temporal_ns},
-                "rollout": {"strategy": "AllAtOnce"},
-                "sunset": {"scaledownDelay": "10s", "deleteDelay": "10s"},
-                "template": {"spec": {
-                    "terminationGracePeriodSeconds": 2,
-                    "containers": [{
-                        "name": "worker",
-                        "image": format!("{WORKER_IMAGE}:{version}"),
-                        "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
-                    }]
-                }}
-            }
-        }));
+        let wd: WorkerDeployment = from_json(example_worker_deployment(
+            ns,
+            name,
+            connection_ref,
+            version,
+            temporal_ns,
+        ));
         Api::<WorkerDeployment>::namespaced(self.client().await, ns)
             .create(&PostParams::default(), &wd)
             .await
             .unwrap_or_else(|e| panic!("create WorkerDeployment {ns}/{name}: {e}"))
     }
+}
+
+/// The JSON of [`World::worker_deployment_in`]'s WorkerDeployment: the example worker image at
+/// `version`, AllAtOnce, one replica, a quick sunset (edit it before creating for a variant).
+pub fn example_worker_deployment(
+    ns: &str,
+    name: &str,
+    connection_ref: Value,
+    version: &str,
+    temporal_ns: &str,
+) -> Value {
+    json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+        "metadata": {"name": name, "namespace": ns},
+        "spec": {
+            "replicas": 1,
+            "workerOptions": {"connectionRef": connection_ref, "temporalNamespace": temporal_ns},
+            "rollout": {"strategy": "AllAtOnce"},
+            "sunset": {"scaledownDelay": "10s", "deleteDelay": "10s"},
+            "template": {"spec": {
+                "terminationGracePeriodSeconds": 2,
+                "containers": [{
+                    "name": "worker",
+                    "image": format!("{WORKER_IMAGE}:{version}"),
+                    "env": [{"name": "TEMPORAL_TLS_SERVER_CA_CERT_PATH", "value": "/etc/temporal/tls/ca.crt"}]
+                }]
+            }}
+        }
+    })
 }
 
 /// A control plane of its own (no kube-controller-manager), logs in `<log dir>/<name>`: for
