@@ -5,7 +5,10 @@
 //! comes in, which the new-CA rotation must see). Everything the pods see of a connection rolls them, the auth mode
 //! included: within [`RENEWAL_DEADLINE`] every running worker of a WorkerDeployment on that
 //! Connection must run on the new mode (its Deployment rolled out with the new env), or I5
-//! reports it. Its pinned workflows and routing are watched by I1 and I2 as always.
+//! reports it. A version kept on another Temporal namespace (its WorkerDeployment moved away
+//! while it drained) is left as it is, auth mode included, as every connection change leaves
+//! it (docs/connections.md): it keeps the mode it polls with. Its pinned workflows and routing
+//! are watched by I1 and I2 as always.
 
 use std::time::{Duration, Instant};
 
@@ -16,7 +19,7 @@ use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use twc_api::{Connection, ConnectionKind};
 use twc_controller::plan::build_id;
-use twc_testenv::deployments::{rolled_out, worker_env};
+use twc_testenv::deployments::{rolled_out, worker_env, worker_env_value};
 
 use crate::restarts::RENEWAL_DEADLINE;
 use crate::{CONNECTION, MTLS_SECRET, Run};
@@ -114,18 +117,20 @@ struct Behind {
 }
 
 /// The running versioned Deployments of WorkerDeployments on the Connection whose workers are
-/// not (all) on the API key (`api_key`) or mutual TLS, and those of WorkerDeployments being
-/// deleted still on the other mode.
+/// not (all) on the API key (`api_key`) or mutual TLS (but for versions kept on another
+/// Temporal namespace), and those of WorkerDeployments being deleted still on the other mode.
 async fn behind_on(run: &Run<'_>, api_key: bool) -> anyhow::Result<Behind> {
+    // (name, the Temporal namespace its spec names) of the WorkerDeployments on the Connection.
     let (mut on_connection, mut leaving) = (Vec::new(), Vec::new());
     for wd in run.wds().list(&ListParams::default()).await?.items {
         let on = matches!(
             wd.spec.worker_options.connection_ref.target(),
             Some((ConnectionKind::Connection, n)) if n == CONNECTION
         );
+        let namespace = wd.spec.worker_options.temporal_namespace.clone();
         match (on, wd.metadata.deletion_timestamp.is_some()) {
-            (true, false) => on_connection.push(wd.name_any()),
-            (_, true) => leaving.push(wd.name_any()),
+            (true, false) => on_connection.push((wd.name_any(), namespace)),
+            (_, true) => leaving.push((wd.name_any(), namespace)),
             (false, false) => {}
         }
     }
@@ -137,16 +142,26 @@ async fn behind_on(run: &Run<'_>, api_key: bool) -> anyhow::Result<Behind> {
         d.metadata.deletion_timestamp.is_none()
             && d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1) > 0
     });
-    let of = |wds: &[String], d: &Deployment| {
-        let build = d.labels().get(twc_api::labels::BUILD_ID);
+    // The WorkerDeployment of `d` among `wds`, and the Temporal namespace its spec names.
+    let of = |wds: &'_ [(String, String)], d: &Deployment| {
+        let build = d.labels().get(twc_api::labels::BUILD_ID).cloned();
         wds.iter()
-            .any(|wd| build.is_some_and(|b| build_id::deployment_name(wd, b) == d.name_any()))
+            .find(|(wd, _)| {
+                build
+                    .as_ref()
+                    .is_some_and(|b| build_id::deployment_name(wd, b) == d.name_any())
+            })
+            .map(|(_, namespace)| namespace.clone())
     };
     let mut behind = Behind::default();
     for d in running {
-        if of(&on_connection, d) && (api_key_mode(d) != api_key || !rolled_out(d)) {
-            behind.must_roll.push(d.name_any());
-        } else if of(&leaving, d) && api_key_mode(d) != api_key {
+        let polls = worker_env_value(d, "TEMPORAL_NAMESPACE");
+        if let Some(namespace) = of(&on_connection, d) {
+            let kept_elsewhere = polls.is_some_and(|p| p != namespace);
+            if !kept_elsewhere && (api_key_mode(d) != api_key || !rolled_out(d)) {
+                behind.must_roll.push(d.name_any());
+            }
+        } else if of(&leaving, d).is_some() && api_key_mode(d) != api_key {
             behind.leaving.push(d.name_any());
         }
     }
