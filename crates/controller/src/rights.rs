@@ -4,8 +4,9 @@
 //! 403 on every call: the WorkerDeployments' finalizers stay and the namespace stays
 //! Terminating for ever.
 //!
-//! So while a WorkerDeployment there carries the controller's finalizer, the Role and the
-//! RoleBinding carry [`RIGHTS_FINALIZER`]; it goes once none does. Deleted while their
+//! So while a WorkerDeployment there carries the controller's finalizer, or a Connection does
+//! (its finalizer goes after its last user, and taking it off needs the Role too), the Role and
+//! the RoleBinding carry [`RIGHTS_FINALIZER`]; it goes once none does. Deleted while their
 //! namespace stays (an uninstall, a change of scope: someone takes the rights away on purpose),
 //! they are let go at once. The ClusterRole of a namespace-scoped install lets the controller
 //! get and patch a Role and a RoleBinding of exactly that name, so the last one is let go even
@@ -21,7 +22,7 @@ use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ListParams};
 use kube::{Client, Resource, ResourceExt};
 use serde::de::DeserializeOwned;
-use twc_api::{FINALIZER, WorkerDeployment};
+use twc_api::{Connection, FINALIZER, WorkerDeployment};
 
 pub use crate::rbac::RIGHTS_FINALIZER;
 use crate::writes::{Swap, swap_finalizers};
@@ -96,25 +97,18 @@ impl Rights {
         self.mark(ns, role && binding);
     }
 
-    /// A WorkerDeployment of `ns` has let its finalizer go: once none there carries it (read
-    /// from the API server, not a cache that may lag), the Role and RoleBinding are let go.
+    /// A WorkerDeployment or a Connection of `ns` has let its finalizer go: once none there
+    /// carries it (read from the API server, not a cache that may lag), the Role and
+    /// RoleBinding are let go.
     pub async fn release_if_unused(&self, ns: &str) {
         let Some(name) = &self.name else { return };
-        let wds: Api<WorkerDeployment> = Api::namespaced(self.client.clone(), ns);
-        match wds.list_metadata(&ListParams::default()).await {
-            Ok(list) => {
-                if list
-                    .items
-                    .iter()
-                    .any(|w| w.finalizers().iter().any(|f| f == FINALIZER))
-                {
-                    return;
-                }
-            }
+        match self.finalizers_left(ns).await {
+            Ok(false) => {}
+            Ok(true) => return,
             Err(e) => {
                 tracing::warn!(
                     namespace = ns,
-                    "cannot tell whether WorkerDeployments still need the controller's Role and RoleBinding {name}: {e}"
+                    "cannot tell whether WorkerDeployments or Connections still need the controller's Role and RoleBinding {name}: {e}"
                 );
                 return;
             }
@@ -123,6 +117,19 @@ impl Rights {
         // The Role first: the RoleBinding's own rights (through the ClusterRole) let it go next.
         self.let_go::<Role>(ns, name).await;
         self.let_go::<RoleBinding>(ns, name).await;
+    }
+
+    /// Whether a WorkerDeployment or a Connection of `ns` carries the controller's finalizer.
+    async fn finalizers_left(&self, ns: &str) -> kube::Result<bool> {
+        let ours = |finalizers: &[String]| finalizers.iter().any(|f| f == FINALIZER);
+        let wds: Api<WorkerDeployment> = Api::namespaced(self.client.clone(), ns);
+        let wds = wds.list_metadata(&ListParams::default()).await?;
+        if wds.items.iter().any(|w| ours(w.finalizers())) {
+            return Ok(true);
+        }
+        let connections: Api<Connection> = Api::namespaced(self.client.clone(), ns);
+        let connections = connections.list_metadata(&ListParams::default()).await?;
+        Ok(connections.items.iter().any(|c| ours(c.finalizers())))
     }
 
     /// Puts [`RIGHTS_FINALIZER`] on `K` `ns/name`; whether that is settled until the next
@@ -212,7 +219,7 @@ impl Rights {
                 Ok(Swap::Written(_) | Swap::Gone) => {
                     tracing::info!(
                         namespace = ns,
-                        "the controller's {kind} {name} is let go: no WorkerDeployment there needs it"
+                        "the controller's {kind} {name} is let go: no WorkerDeployment or Connection there needs it"
                     );
                     return;
                 }

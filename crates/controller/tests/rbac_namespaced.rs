@@ -264,3 +264,60 @@ async fn worker_resource_templates_apply(admin: &kube::Client, ns: &str) {
         .unwrap_or_else(|e| panic!("{e}"));
     }
 }
+
+/// A namespace's Role and RoleBinding stay held while a Connection there keeps the
+/// controller's finalizer, not only while a WorkerDeployment does: the Connection loses it
+/// after its last user, and that write needs the Role. Before, they were let go with the last
+/// WorkerDeployment; a namespace deleted then could delete the Role first, the Connection's
+/// finalizer stayed, and the namespace stayed Terminating (the namespace-scoped chaos run
+/// found it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rights_stay_while_a_connection_keeps_its_finalizer() -> TestResult {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use kube::api::{Api, Patch, PatchParams, PostParams};
+    use twc_controller::rbac::{NAME, RIGHTS_FINALIZER};
+    let w = world(false).await?;
+    let admin = w.client().await;
+    let ns = w.tenant("rights-conn").await;
+    let role: Role = from_json(serde_json::json!({
+        "metadata": {"name": NAME, "finalizers": [RIGHTS_FINALIZER]}, "rules": [],
+    }));
+    let roles = Api::<Role>::namespaced(admin.clone(), &ns);
+    roles.create(&PostParams::default(), &role).await?;
+    let binding: RoleBinding = from_json(serde_json::json!({
+        "metadata": {"name": NAME, "finalizers": [RIGHTS_FINALIZER]},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": NAME},
+    }));
+    let bindings = Api::<RoleBinding>::namespaced(admin.clone(), &ns);
+    bindings.create(&PostParams::default(), &binding).await?;
+    w.connection(&ns, "last").await;
+    let connections = Api::<twc_api::Connection>::namespaced(admin.clone(), &ns);
+    let finalizers = |f: &[&str]| serde_json::json!({"metadata": {"finalizers": f}});
+    connections
+        .patch(
+            "last",
+            &PatchParams::default(),
+            &Patch::Merge(&finalizers(&[twc_api::FINALIZER])),
+        )
+        .await?;
+    let held = || async {
+        let role = roles.get(NAME).await?;
+        let binding = bindings.get(NAME).await?;
+        Ok::<_, kube::Error>(
+            [role.metadata.finalizers, binding.metadata.finalizers]
+                .map(|f| f.unwrap_or_default().iter().any(|f| f == RIGHTS_FINALIZER)),
+        )
+    };
+
+    // No WorkerDeployment in the namespace, the Connection still finalized: held.
+    let rights = twc_controller::rights::Rights::new(admin.clone(), Some(NAME.into()));
+    rights.release_if_unused(&ns).await;
+    assert_eq!(held().await?, [true, true], "let go before the Connection");
+
+    connections
+        .patch("last", &PatchParams::default(), &Patch::Merge(&finalizers(&[])))
+        .await?;
+    rights.release_if_unused(&ns).await;
+    assert_eq!(held().await?, [false, false], "held after everything let go");
+    Ok(())
+}

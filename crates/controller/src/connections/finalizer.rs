@@ -28,6 +28,9 @@ pub struct Context {
     pub access: crate::access::Access,
     /// How a ClusterConnection's users are judged by its policy (None: all allowed).
     pub judge: Option<Judge>,
+    /// A namespace-scoped install's Role and RoleBinding, held while a Connection there keeps
+    /// its finalizer (the last write to take it off needs them).
+    pub rights: Option<Arc<crate::rights::Rights>>,
 }
 
 /// A connection's users: (allowed, with how they fared; refused by its policy).
@@ -94,8 +97,18 @@ pub async fn reconcile_connection(
     let api: Api<Connection> = Api::namespaced(ctx.client.clone(), &ns);
     let key = ConnKey::connection(&ns, &conn.name_any());
     let users = users(&ctx.index, conn.as_ref(), &key).map(|u| (u, Vec::new()));
+    let unused = users.as_ref().is_some_and(|(u, _)| u.is_empty());
+    let letting_go = unused && conn.finalizers().iter().any(|f| f == FINALIZER);
     let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), users);
     let result = crate::metrics::counted("Connection", sync, |_| "KubernetesError").await;
+    // Its finalizer taken off: the namespace's Role may be let go now.
+    if result.is_ok()
+        && letting_go
+        && let Some(rights) = &ctx.rights
+    {
+        let (rights, ns) = (rights.clone(), ns.clone());
+        tokio::spawn(async move { rights.release_if_unused(&ns).await });
+    }
     if let Err(e) = &result
         && let Some(message) = crate::access::forbidden_message(e)
     {

@@ -265,6 +265,7 @@ async fn run_controllers(
             stores: stores.clone(),
             worker_deployments: ctx.worker_deployments.clone(),
         }),
+        rights: Some(ctx.rights.clone()),
     });
     let ctrl_config = controller::Config::default().concurrency(config.concurrency);
     for kind in [
