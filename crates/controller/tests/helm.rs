@@ -4,6 +4,8 @@
 //! itself, which is checked by a server-side dry run instead), cluster-wide and
 //! namespace-scoped. The CRDs chart renders exactly the CRDs the harness installs.
 
+#[path = "helm/alerts.rs"]
+mod alerts;
 mod common;
 #[path = "helm/dashboard.rs"]
 mod dashboard;

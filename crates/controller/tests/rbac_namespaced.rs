@@ -315,9 +315,17 @@ async fn the_rights_stay_while_a_connection_keeps_its_finalizer() -> TestResult 
     assert_eq!(held().await?, [true, true], "let go before the Connection");
 
     connections
-        .patch("last", &PatchParams::default(), &Patch::Merge(&finalizers(&[])))
+        .patch(
+            "last",
+            &PatchParams::default(),
+            &Patch::Merge(&finalizers(&[])),
+        )
         .await?;
     rights.release_if_unused(&ns).await;
-    assert_eq!(held().await?, [false, false], "held after everything let go");
+    assert_eq!(
+        held().await?,
+        [false, false],
+        "held after everything let go"
+    );
     Ok(())
 }

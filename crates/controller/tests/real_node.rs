@@ -13,6 +13,8 @@
 mod install;
 #[path = "real_node/node.rs"]
 mod node;
+#[path = "real_node/prometheus.rs"]
+mod prometheus;
 #[path = "real_node/rollouts.rs"]
 mod rollouts;
 #[path = "real_node/workers.rs"]

@@ -28,6 +28,7 @@ pub mod paths;
 pub mod pki;
 pub mod pod_runner;
 pub mod process;
+pub mod prometheus;
 pub mod temporal;
 pub mod tls_proxy;
 pub mod wait;

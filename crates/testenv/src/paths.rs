@@ -114,6 +114,21 @@ pub fn kstatus() -> PathBuf {
     binary("TWC_KSTATUS", dir.join("kstatus"))
 }
 
+/// Prometheus, built by `hack/provision.sh` (`$TWC_PROMETHEUS` overrides).
+pub fn prometheus() -> PathBuf {
+    binary("TWC_PROMETHEUS", prometheus_dir().join("prometheus"))
+}
+
+/// promtool, built with Prometheus (`$TWC_PROMTOOL` overrides).
+pub fn promtool() -> PathBuf {
+    binary("TWC_PROMTOOL", prometheus_dir().join("promtool"))
+}
+
+fn prometheus_dir() -> PathBuf {
+    let version = version("PROMETHEUS_MODULE_VERSION");
+    cache_dir().join(format!("prometheus-v{version}"))
+}
+
 /// Helm, built by `hack/provision.sh` (`$TWC_HELM` overrides).
 pub fn helm() -> PathBuf {
     let dir = cache_dir().join(format!("helm-v{}", version("HELM_VERSION")));

@@ -204,8 +204,15 @@ where
             Swap::Gone => return Ok(Action::await_change()),
         }
     }
+    let namespace = obj.meta().namespace.clone().unwrap_or_default();
+    let kind = if namespace.is_empty() {
+        "ClusterConnection"
+    } else {
+        "Connection"
+    };
     // A connection on its way out with nobody left is not worth a status write.
     if deleting && users.is_empty() {
+        crate::metrics::global().forget_conditions(kind, &namespace, &name);
         return Ok(Action::await_change());
     }
     let mut desired = status::desired(current, &users, obj.meta().generation, SystemTime::now());
@@ -213,6 +220,7 @@ where
     if current != Some(&desired) {
         writes::apply_status(api, &name, &desired).await?;
     }
+    crate::metrics::global().conditions(kind, &namespace, &name, &desired.conditions);
     Ok(Action::await_change())
 }
 

@@ -48,6 +48,10 @@ pub(super) fn connections(
                 let key = ConnKey::connection(&c.namespace().unwrap_or_default(), &c.name_any());
                 s.workers(idx.users(&key));
             }
+            if let watcher::Event::Delete(c) = ev {
+                let ns = c.namespace().unwrap_or_default();
+                crate::metrics::global().forget_conditions("Connection", &ns, &c.name_any());
+            }
         })
         .touched_objects();
     Box::pin(
@@ -91,6 +95,9 @@ pub(super) fn cluster_connections(
     .inspect_ok(move |ev| {
         for c in spec_changes.changed(ev) {
             s.workers(idx.users(&ConnKey::cluster(&c.name_any())));
+        }
+        if let watcher::Event::Delete(c) = ev {
+            crate::metrics::global().forget_conditions("ClusterConnection", "", &c.name_any());
         }
     })
     .touched_objects();

@@ -48,7 +48,7 @@ fn registered() -> BTreeMap<String, BTreeSet<String>> {
         Duration::ZERO,
     );
     m.dialed(true);
-    m.worker_deployment("ns", "wd", &[VersionStatus::Current], 0.0);
+    m.worker_deployment("ns", "wd", &[VersionStatus::Current], 0.0, &[]);
     m.set_leader(true);
     m.set_build_info("0", "c", "r");
     m.queue_depth

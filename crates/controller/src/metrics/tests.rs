@@ -20,6 +20,7 @@ fn exposition_names_every_family() {
             VersionStatus::Draining,
         ],
         5.0,
+        &[],
     );
     let text = m.encode();
     assert!(text.contains("twc_reconcile_total{controller=\"WorkerDeployment\"} 1"));
@@ -31,6 +32,55 @@ fn exposition_names_every_family() {
     ));
     m.forget_worker_deployment("ns", "wd");
     assert!(!m.encode().contains("worker_deployment=\"wd\""));
+}
+
+fn condition(type_: &str) -> k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition {
+    serde_json::from_value(serde_json::json!({
+        "type": type_, "status": "True", "reason": "RolloutComplete", "message": "",
+        "lastTransitionTime": "2026-01-01T00:00:00Z",
+    }))
+    .unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// A condition's series holds what the status says now: a new status or reason replaces it
+/// (an alert on `== 1` never sees the old one), a deleted object has none left.
+#[test]
+fn condition_series_follow_the_status() {
+    let m = Metrics::new();
+    let mut ready = condition("Ready");
+    m.worker_deployment("ns", "wd", &[], 0.0, std::slice::from_ref(&ready));
+    let series = |m: &Metrics| {
+        m.encode()
+            .lines()
+            .filter(|l| l.starts_with("twc_status_condition{"))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        series(&m),
+        [
+            "twc_status_condition{kind=\"WorkerDeployment\",namespace=\"ns\",name=\"wd\",condition=\"Ready\",status=\"True\",reason=\"RolloutComplete\"} 1"
+        ]
+    );
+    ready.status = "False".into();
+    ready.reason = "WorkersCrashLooping".into();
+    m.worker_deployment("ns", "wd", &[], 0.0, std::slice::from_ref(&ready));
+    assert_eq!(
+        series(&m),
+        [
+            "twc_status_condition{kind=\"WorkerDeployment\",namespace=\"ns\",name=\"wd\",condition=\"Ready\",status=\"False\",reason=\"WorkersCrashLooping\"} 1"
+        ]
+    );
+    m.conditions("ClusterConnection", "", "shared", &[condition("Ready")]);
+    m.forget_worker_deployment("ns", "wd");
+    assert_eq!(
+        series(&m).len(),
+        1,
+        "only the ClusterConnection's: {:?}",
+        series(&m)
+    );
+    m.forget_conditions("ClusterConnection", "", "shared");
+    assert!(series(&m).is_empty());
 }
 
 /// Every family documented in docs/metrics.md is registered, and every registered one is
@@ -52,7 +102,13 @@ fn every_family_is_documented_and_registered() {
     m.state_read(true);
     m.dialed(true);
     m.client_certificate("ns", "tls", SystemTime::UNIX_EPOCH);
-    m.worker_deployment("ns", "wd", &[VersionStatus::Current], 5.0);
+    m.worker_deployment(
+        "ns",
+        "wd",
+        &[VersionStatus::Current],
+        5.0,
+        &[condition("Ready")],
+    );
     m.remembered(1);
     m.restarts("temporal:7233", "default", 1, 1);
     m.restarted(false);

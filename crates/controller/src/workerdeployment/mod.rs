@@ -574,7 +574,8 @@ async fn read_state(
     Ok(ControlFlow::Continue(read))
 }
 
-/// Records the versions by status and the ramp of a WorkerDeployment's new status.
+/// Records the versions by status, the ramp and the conditions of a WorkerDeployment's new
+/// status.
 fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
     let statuses: Vec<VersionStatus> = events::versions(status).into_values().collect();
     let ramp = status
@@ -588,5 +589,6 @@ fn record_metrics(wd: &WorkerDeployment, status: &WorkerDeploymentStatus) {
         &wd.name_any(),
         &statuses,
         ramp,
+        &status.conditions,
     );
 }
