@@ -12,7 +12,7 @@
 //! get and patch a Role and a RoleBinding of exactly that name, so the last one is let go even
 //! once the other is gone.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -55,6 +55,11 @@ pub struct Rights {
     name: Option<String>,
     /// Namespaces whose Role and RoleBinding were found held, and when.
     held: Mutex<BTreeMap<String, Instant>>,
+    /// Namespaces whose Role and RoleBinding this process let go, until it holds them again:
+    /// a later release (the last WorkerDeployment's and the Connection's both ask) is a no-op.
+    released: Mutex<BTreeSet<String>>,
+    /// One release at a time, so a second one sees the first's outcome.
+    releasing: tokio::sync::Mutex<()>,
 }
 
 impl Rights {
@@ -65,6 +70,8 @@ impl Rights {
             client,
             name,
             held: Mutex::default(),
+            released: Mutex::default(),
+            releasing: tokio::sync::Mutex::const_new(()),
         }
     }
 
@@ -95,6 +102,9 @@ impl Rights {
         let role = self.keep::<Role>(ns, name).await;
         let binding = self.keep::<RoleBinding>(ns, name).await;
         self.mark(ns, role && binding);
+        if let Ok(mut released) = self.released.lock() {
+            released.remove(ns);
+        }
     }
 
     /// A WorkerDeployment or a Connection of `ns` has let its finalizer go: once none there
@@ -102,6 +112,10 @@ impl Rights {
     /// RoleBinding are let go.
     pub async fn release_if_unused(&self, ns: &str) {
         let Some(name) = &self.name else { return };
+        let _one_at_a_time = self.releasing.lock().await;
+        if self.released.lock().is_ok_and(|r| r.contains(ns)) {
+            return;
+        }
         match self.finalizers_left(ns).await {
             Ok(false) => {}
             Ok(true) => return,
@@ -115,8 +129,14 @@ impl Rights {
         }
         self.mark(ns, false);
         // The Role first: the RoleBinding's own rights (through the ClusterRole) let it go next.
-        self.let_go::<Role>(ns, name).await;
-        self.let_go::<RoleBinding>(ns, name).await;
+        let role = self.let_go::<Role>(ns, name).await;
+        let binding = self.let_go::<RoleBinding>(ns, name).await;
+        if role
+            && binding
+            && let Ok(mut released) = self.released.lock()
+        {
+            released.insert(ns.to_string());
+        }
     }
 
     /// Whether a WorkerDeployment or a Connection of `ns` carries the controller's finalizer.
@@ -189,25 +209,25 @@ impl Rights {
         }
     }
 
-    /// Takes [`RIGHTS_FINALIZER`] off `K` `ns/name`.
-    async fn let_go<K: Rbac>(&self, ns: &str, name: &str) {
+    /// Takes [`RIGHTS_FINALIZER`] off `K` `ns/name`; whether it is off (or `K` gone).
+    async fn let_go<K: Rbac>(&self, ns: &str, name: &str) -> bool {
         let kind = K::kind(&());
         let api: Api<K> = Api::namespaced(self.client.clone(), ns);
         // A changed object (Stale) is read again: a few tries, then the next release.
         for _ in 0..3 {
             let obj = match api.get_opt(name).await {
                 Ok(Some(obj)) => obj,
-                Ok(None) => return,
+                Ok(None) => return true,
                 Err(e) => {
                     tracing::warn!(
                         namespace = ns,
                         "cannot let the controller's {kind} {name} go: {e}"
                     );
-                    return;
+                    return false;
                 }
             };
             if !obj.finalizers().iter().any(|f| f == RIGHTS_FINALIZER) {
-                return;
+                return true;
             }
             let finalizers = obj
                 .finalizers()
@@ -221,7 +241,7 @@ impl Rights {
                         namespace = ns,
                         "the controller's {kind} {name} is let go: no WorkerDeployment or Connection there needs it"
                     );
-                    return;
+                    return true;
                 }
                 Ok(Swap::Stale) => continue,
                 Err(e) => {
@@ -229,10 +249,11 @@ impl Rights {
                         namespace = ns,
                         "cannot let the controller's {kind} {name} go: {e}"
                     );
-                    return;
+                    return false;
                 }
             }
         }
+        false
     }
 }
 

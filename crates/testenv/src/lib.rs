@@ -22,6 +22,7 @@ pub mod controller;
 pub mod crds;
 pub mod deployments;
 mod error;
+pub mod grafana;
 pub mod kstatus;
 pub mod node;
 pub mod paths;

@@ -213,30 +213,6 @@ fn names(query: &str) -> Names {
     out
 }
 
-/// Every query of the dashboard: panels' targets (rows' panels too) and query variables.
-fn queries(dashboard: &serde_json::Value) -> Vec<String> {
-    fn panels(list: &serde_json::Value, out: &mut Vec<String>) {
-        for p in list.as_array().into_iter().flatten() {
-            for t in p["targets"].as_array().into_iter().flatten() {
-                out.extend(t["expr"].as_str().map(str::to_string));
-            }
-            panels(&p["panels"], out);
-        }
-    }
-    let mut out = Vec::new();
-    panels(&dashboard["panels"], &mut out);
-    for v in dashboard["templating"]["list"]
-        .as_array()
-        .into_iter()
-        .flatten()
-    {
-        if v["type"] == "query" {
-            out.extend(v["query"]["query"].as_str().map(str::to_string));
-        }
-    }
-    out
-}
-
 #[test]
 fn the_query_reader_reads_promql() {
     let n = names(
@@ -261,7 +237,10 @@ fn the_dashboard_names_only_registered_and_documented_metrics_and_their_labels()
         serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"));
     let registered = registered();
     let documented = documented();
-    let queries = queries(&dashboard);
+    let queries: Vec<String> = twc_testenv::grafana::queries(&dashboard)
+        .into_iter()
+        .map(|(_, q)| q)
+        .collect();
     assert!(queries.len() >= 15, "{queries:?}");
     let mut used = BTreeSet::new();
     for q in &queries {

@@ -15,7 +15,7 @@ use twc_testenv::node::NodeEnv;
 use twc_testenv::prometheus::Prometheus;
 
 use crate::node::cluster;
-use crate::workers::{build, rolled_out_v1, set_worker_env, wait_status, worker_deployment};
+use crate::workers::{build, crash_loop_v2, rolled_out_v1, worker_deployment};
 use crate::{RELEASE, ROLLOUT, SYSTEM, TestResult};
 
 /// Scrape and rule evaluation period: short, so the test waits seconds, not minutes.
@@ -76,41 +76,19 @@ async fn scraping(env: &NodeEnv) -> Result<Prometheus, Box<dyn std::error::Error
     Ok(Prometheus::start(&dir, &serde_yaml::to_string(&config)?).await?)
 }
 
-/// Every query of the shipped dashboard (panels, rows' panels, query variables), with its
-/// variables set to `namespace` and WorkerDeployment `w`; Grafana's `label_values(selector,
-/// label)` becomes `selector`.
+/// Every query of the shipped dashboard, with its variables set to `namespace` and
+/// WorkerDeployment `w`; Grafana's `label_values(selector, label)` becomes `selector`.
 fn dashboard_queries(namespace: &str) -> Vec<(String, String)> {
     let path = repo("charts/temporal-worker-controller/files/grafana/dashboard.json");
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{path:?}: {e}"));
     let dashboard: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
-    fn panels(list: &Value, out: &mut Vec<(String, String)>) {
-        for p in list.as_array().into_iter().flatten() {
-            for t in p["targets"].as_array().into_iter().flatten() {
-                if let (Some(title), Some(expr)) = (p["title"].as_str(), t["expr"].as_str()) {
-                    out.push((title.to_string(), expr.to_string()));
-                }
-            }
-            panels(&p["panels"], out);
-        }
-    }
-    let mut out = Vec::new();
-    panels(&dashboard["panels"], &mut out);
-    for v in dashboard["templating"]["list"]
-        .as_array()
+    twc_testenv::grafana::queries(&dashboard)
         .into_iter()
-        .flatten()
-    {
-        if let (Some(name), Some(q)) = (v["name"].as_str(), v["query"]["query"].as_str()) {
-            let selector = q
-                .strip_prefix("label_values(")
-                .and_then(|q| q.rsplit_once(','))
-                .map_or(q, |(selector, _)| selector);
-            out.push((format!("variable {name}"), selector.to_string()));
-        }
-    }
-    out.into_iter()
         .map(|(title, q)| {
             let q = q
+                .strip_prefix("label_values(")
+                .and_then(|q| q.rsplit_once(','))
+                .map_or(q.as_str(), |(selector, _)| selector)
                 .replace("$namespace", namespace)
                 .replace("$worker_deployment", "w")
                 .replace("$__rate_interval", RATE_INTERVAL);
@@ -142,16 +120,7 @@ async fn a_real_prometheus_sees_the_dashboard_filled_and_a_crash_loop_fire_its_a
     Api::<WorkerDeployment>::namespaced(client.clone(), &ns)
         .create(&PostParams::default(), &serde_json::from_value(orphan)?)
         .await?;
-    set_worker_env(
-        &client,
-        &ns,
-        json!([{"name": "V", "value": "2"}, {"name": "WORKER_MODE", "value": "crash"}]),
-    )
-    .await;
-    let s = wait_status(&client, &ns, "v2 failed as crash-looping", ROLLOUT, |s| {
-        s["failedVersion"]["reason"] == "WorkersCrashLooping"
-    })
-    .await;
+    let s = crash_loop_v2(&client, &ns).await;
     assert_eq!(build(&s, "currentVersion").as_deref(), Some(v1.as_str()));
 
     // The rule as shipped (`for: 1m`), on the scraped condition series.

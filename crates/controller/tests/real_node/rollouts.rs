@@ -119,19 +119,7 @@ async fn a_build_that_exits_at_once_crash_loops_under_the_kubelet_and_v1_stays()
         .map(|p| p.name_any())
         .collect();
 
-    set_worker_env(
-        &client,
-        &ns,
-        json!([{"name": "V", "value": "2"}, {"name": "WORKER_MODE", "value": "crash"}]),
-    )
-    .await;
-    // The kubelet backs off 10 s, 20 s, 40 s: the third restart comes about 70 s in. Between
-    // restarts, kubelet 1.35 reports the container as `terminated` (reason Error), not as
-    // `waiting: CrashLoopBackOff` as the pod runner did: the controller must see both.
-    let s = wait_status(&client, &ns, "v2 failed as crash-looping", ROLLOUT, |s| {
-        s["failedVersion"]["reason"] == "WorkersCrashLooping"
-    })
-    .await;
+    let s = crash_loop_v2(&client, &ns).await;
     let v2 = build(&s, "failedVersion").ok_or("no failed build")?;
     assert_ne!(v2, v1);
     assert_eq!(build(&s, "currentVersion").as_deref(), Some(v1.as_str()));

@@ -113,6 +113,24 @@ pub(crate) async fn rolled_out_v1(
     Ok((client, ns, temporal_ns, v1))
 }
 
+/// Rolls `ns/w` to a v2 whose workers exit at once, and waits until the controller fails it as
+/// crash looping: its status then.
+pub(crate) async fn crash_loop_v2(client: &Client, ns: &str) -> Value {
+    set_worker_env(
+        client,
+        ns,
+        json!([{"name": "V", "value": "2"}, {"name": "WORKER_MODE", "value": "crash"}]),
+    )
+    .await;
+    // The kubelet backs off 10 s, 20 s, 40 s: the third restart comes about 70 s in. Between
+    // restarts, kubelet 1.35 reports the container as `terminated` (reason Error), not as
+    // `waiting: CrashLoopBackOff` as the pod runner did: the controller must see both.
+    wait_status(client, ns, "v2 failed as crash-looping", ROLLOUT, |s| {
+        s["failedVersion"]["reason"] == "WorkersCrashLooping"
+    })
+    .await
+}
+
 /// The pods of `ns` with build ID `build_id` (TWC's label).
 pub(crate) async fn pods_of(client: &Client, ns: &str, build_id: &str) -> Vec<Pod> {
     Api::<Pod>::namespaced(client.clone(), ns)
