@@ -5,8 +5,8 @@ use std::time::Duration;
 
 use crate::node::cluster;
 use crate::workers::{
-    build, container_id, pods_of, ready, rolled_out_to, rolled_out_v1, set_worker_env, task_pid,
-    wait_status,
+    build, container_id, crash_loop_v2, pods_of, ready, rolled_out_to, rolled_out_v1,
+    set_worker_env, task_pid, wait_status,
 };
 use crate::{ROLLOUT, SYSTEM, TestResult};
 use futures::StreamExt;
