@@ -35,7 +35,7 @@ pub fn go_json(template: &PodTemplateSpec) -> Result<String, GoJsonError> {
 
 /// [`go_json`] for hashing. A template it refuses is never planned (see [`go_json`]); its
 /// hash input is then the error itself, which no valid template has.
-fn hash_input(template: &PodTemplateSpec) -> String {
+pub(super) fn hash_input(template: &PodTemplateSpec) -> String {
     go_json(template).unwrap_or_else(|e| format!("invalid template: {e}"))
 }
 
@@ -80,12 +80,12 @@ pub fn template_digest(template: &PodTemplateSpec) -> String {
     hex(&Sha256::digest(hash_input(template).as_bytes()))
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(super) fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 /// Replaces runs of characters outside `[a-zA-Z0-9-._]` with `-` and trims `-._` at both ends.
-fn clean(s: &str) -> String {
+pub(super) fn clean(s: &str) -> String {
     let mut out = String::new();
     let mut in_bad = false;
     for c in s.chars() {
@@ -101,7 +101,7 @@ fn clean(s: &str) -> String {
         .to_string()
 }
 
-fn truncate(s: &str, n: usize) -> &str {
+pub(super) fn truncate(s: &str, n: usize) -> &str {
     match s.char_indices().nth(n) {
         Some((i, _)) => &s[..i],
         None => s,
@@ -111,7 +111,7 @@ fn truncate(s: &str, n: usize) -> &str {
 /// The image part a build ID starts with: the tag, else the digest hex, else the repository
 /// path, else the raw image; cut to `max` bytes as Go cuts a string (a character cut in two is
 /// no letter, and cleaning makes it `-`).
-fn image_prefix(image: &str, max: usize) -> String {
+pub(super) fn image_prefix(image: &str, max: usize) -> String {
     let prefix = twc_gocompat::parse_reference(image).prefix(image);
     if prefix.len() <= max {
         return prefix.to_string();

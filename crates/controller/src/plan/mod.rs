@@ -5,6 +5,7 @@ pub mod build_id;
 pub mod credentials;
 pub mod deployment;
 mod gates;
+pub mod group_ids;
 pub mod guard;
 mod kept;
 pub mod pace;
