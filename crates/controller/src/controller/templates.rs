@@ -103,6 +103,16 @@ pub(super) fn controller(
             let wrt_ctx = wrt_ctx.clone();
             move |ev| wrt_ctx.own.seen(ev)
         })
+        .inspect_ok(|ev| {
+            if let kube::runtime::watcher::Event::Delete(t) = ev {
+                let ns = t.namespace().unwrap_or_default();
+                crate::metrics::global().forget_conditions(
+                    crate::wrt::reconcile::CONTROLLER,
+                    &ns,
+                    &t.name_any(),
+                );
+            }
+        })
         .inspect_ok({
             // A template that scales the versions takes `replicas` over: its WorkerDeployment
             // re-plans on the template's creation, spec changes and deletion.

@@ -2,7 +2,8 @@
 //! and condition type, its status and reason as labels, value 1. A condition that changes
 //! replaces its series (the old one is removed, not left at 0), so `== 1` selects what holds
 //! now. The shipped alert rules (`charts/temporal-worker-controller/files/prometheus/alerts.yaml`)
-//! read it: a crash-looping target, a stalled WorkerDeployment, a Connection not Ready.
+//! read it: a crash-looping target, a stalled WorkerDeployment, a Connection not Ready. Kinds:
+//! WorkerDeployment, WorkerResourceTemplate, Connection, ClusterConnection.
 
 use std::collections::HashMap;
 use std::sync::Mutex;

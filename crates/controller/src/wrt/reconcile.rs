@@ -25,7 +25,7 @@ use crate::metrics;
 use crate::writes::{self, MANAGER, OwnWrites, Swap};
 
 /// The controller label of this reconciler's metrics.
-const CONTROLLER: &str = "WorkerResourceTemplate";
+pub(crate) const CONTROLLER: &str = "WorkerResourceTemplate";
 /// A retry after a failure (apply refused, kind not served, delete failed).
 const RETRY: Duration = Duration::from_secs(30);
 /// How long a discovered kind is trusted, and how long a missing one is.
@@ -134,6 +134,8 @@ async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Act
     if wrt.meta().deletion_timestamp.is_some() {
         // Its copies are owned by it: the garbage collector removes them.
         ctx.own.forget(&wrt);
+        let ns = wrt.namespace().unwrap_or_default();
+        metrics::global().forget_conditions(CONTROLLER, &ns, &wrt.name_any());
         return Ok(Action::await_change());
     }
     // A WorkerDeployment not yet in a cache that is still filling is not "not found".
@@ -169,6 +171,8 @@ async fn sync(wrt: Arc<WorkerResourceTemplate>, ctx: Arc<Context>) -> Result<Act
     {
         ctx.own.wrote(&wrt, written);
     }
+    let ns = wrt.namespace().unwrap_or_default();
+    metrics::global().conditions(CONTROLLER, &ns, &wrt.name_any(), &status.conditions);
     Ok(if plan.worker_deployment_missing {
         Action::await_change()
     } else if failed {
