@@ -101,9 +101,19 @@ pub async fn reconcile_connection(
     let letting_go = unused && conn.finalizers().iter().any(|f| f == FINALIZER);
     let sync = sync(&api, conn.as_ref(), &key, conn.status.as_ref(), users);
     let result = crate::metrics::counted("Connection", sync, |_| "KubernetesError").await;
-    // Its finalizer taken off: the namespace's Role may be let go now.
+    // Its finalizer taken off: the namespace's Role may be let go now, unless the cache still
+    // holds a WorkerDeployment with the finalizer (the deletion the apiserver may already have
+    // made is not seen yet: a reconcile of that copy needs the Role, and the WorkerDeployment's
+    // Delete event lets the Role go once it comes).
+    let cached_users = ctx.judge.as_ref().is_some_and(|j| {
+        j.worker_deployments
+            .in_namespace(&ns)
+            .iter()
+            .any(|w| w.finalizers().iter().any(|f| f == FINALIZER))
+    });
     if result.is_ok()
         && letting_go
+        && !cached_users
         && let Some(rights) = &ctx.rights
     {
         let (rights, ns) = (rights.clone(), ns.clone());
