@@ -146,6 +146,11 @@ pub fn log_dir() -> PathBuf {
     target.join("testenv").join(std::process::id().to_string())
 }
 
+/// The workspace's root directory (the repository's files the tests read: charts, docs, hack).
+pub fn workspace() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
+}
+
 /// A binary of this workspace (`target/debug/<name>`), built with `cargo build -p <package>`
 /// on first use if it is missing, so integration tests can run it as a pod's program.
 pub fn workspace_binary(package: &str, name: &str) -> Result<PathBuf, crate::Error> {

@@ -85,7 +85,7 @@ pub(super) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Replaces runs of characters outside `[a-zA-Z0-9-._]` with `-` and trims `-._` at both ends.
-pub(super) fn clean(s: &str) -> String {
+fn clean(s: &str) -> String {
     let mut out = String::new();
     let mut in_bad = false;
     for c in s.chars() {
@@ -111,7 +111,7 @@ pub(super) fn truncate(s: &str, n: usize) -> &str {
 /// The image part a build ID starts with: the tag, else the digest hex, else the repository
 /// path, else the raw image; cut to `max` bytes as Go cuts a string (a character cut in two is
 /// no letter, and cleaning makes it `-`).
-pub(super) fn image_prefix(image: &str, max: usize) -> String {
+fn image_prefix(image: &str, max: usize) -> String {
     let prefix = twc_gocompat::parse_reference(image).prefix(image);
     if prefix.len() <= max {
         return prefix.to_string();
@@ -139,25 +139,39 @@ pub fn build_id_with(
     custom: Option<&str>,
     collision_count: u32,
 ) -> String {
-    if let Some(custom) = custom {
-        let c = clean(custom);
-        if !c.is_empty() {
-            return truncate(&c, MAX_BUILD_ID).to_string();
-        }
+    if let Some(custom) = custom_build_id(custom) {
+        return custom;
     }
-    let image = template
+    let image = first_image(template);
+    if image.is_empty() {
+        return hash_digits(template, collision_count, 10);
+    }
+    prefixed(&image, &template_hash_with(template, collision_count))
+}
+
+/// A custom build ID as it is used: cleaned and cut to [`MAX_BUILD_ID`]; None when unset or
+/// empty once cleaned.
+pub(super) fn custom_build_id(custom: Option<&str>) -> Option<String> {
+    let c = clean(custom?);
+    (!c.is_empty()).then(|| truncate(&c, MAX_BUILD_ID).to_string())
+}
+
+/// The image of a template's first container ("" when it has none).
+pub(super) fn first_image(template: &PodTemplateSpec) -> String {
+    template
         .spec
         .as_ref()
         .and_then(|s| s.containers.first())
         .and_then(|c| c.image.clone())
-        .unwrap_or_default();
-    if image.is_empty() {
-        return hash_digits(template, collision_count, 10);
-    }
-    let suffix = format!("-{}", template_hash_with(template, collision_count));
+        .unwrap_or_default()
+}
+
+/// `<image prefix>-<hash>`, cleaned and cut to [`MAX_BUILD_ID`].
+pub(super) fn prefixed(image: &str, hash: &str) -> String {
+    let suffix = format!("-{hash}");
     let id = clean(&format!(
         "{}{suffix}",
-        image_prefix(&image, MAX_BUILD_ID - suffix.len())
+        image_prefix(image, MAX_BUILD_ID - suffix.len())
     ));
     truncate(&id, MAX_BUILD_ID).to_string()
 }

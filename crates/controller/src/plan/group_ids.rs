@@ -17,7 +17,7 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use sha2::{Digest, Sha256};
 
-use super::build_id::{MAX_BUILD_ID, clean, hash_input, hex, image_prefix, truncate};
+use super::build_id::{custom_build_id, first_image, hash_input, hex, prefixed, truncate};
 
 /// The label a grouped version's Deployments and pods carry: the group's name.
 pub const WORKER_GROUP: &str = "temporal.io/worker-group";
@@ -34,11 +34,8 @@ pub fn build_id(
     custom: Option<&str>,
     collision_count: u32,
 ) -> String {
-    if let Some(custom) = custom {
-        let c = clean(custom);
-        if !c.is_empty() {
-            return truncate(&c, MAX_BUILD_ID).to_string();
-        }
+    if let Some(custom) = custom_build_id(custom) {
+        return custom;
     }
     let mut sorted = groups.to_vec();
     sorted.sort_by(|a, b| a.0.cmp(b.0));
@@ -60,19 +57,12 @@ pub fn build_id(
     let hash = &hex(&Sha256::digest(json.as_bytes()))[..10];
     let image = sorted
         .first()
-        .and_then(|(_, t)| t.spec.as_ref())
-        .and_then(|s| s.containers.first())
-        .and_then(|c| c.image.clone())
+        .map(|(_, t)| first_image(t))
         .unwrap_or_default();
     if image.is_empty() {
         return hash.to_string();
     }
-    let suffix = format!("-{hash}");
-    let id = clean(&format!(
-        "{}{suffix}",
-        image_prefix(&image, MAX_BUILD_ID - suffix.len())
-    ));
-    truncate(&id, MAX_BUILD_ID).to_string()
+    prefixed(&image, hash)
 }
 
 /// The name of group `group`'s Deployment in version `build_id` of WorkerDeployment `wd`.

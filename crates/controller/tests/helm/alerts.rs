@@ -1,7 +1,7 @@
 //! The alert rules (`files/prometheus/alerts.yaml`): valid and unit-tested by promtool, every
 //! alert covered by a firing case, and put in a PrometheusRule (`prometheusRule`) as they are.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde_json::Value;
 
@@ -9,10 +9,6 @@ use crate::render::{CHART, FULLNAME_SUFFIX, helm_template, of_kind, one};
 
 const RULES: &str = "files/prometheus/alerts.yaml";
 const RULE_TESTS: &str = "hack/prometheus/alerts_test.yaml";
-
-fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..")
-}
 
 fn yaml(path: &Path) -> Value {
     let text = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
@@ -24,7 +20,7 @@ fn promtool(args: &[&str]) -> Result<String, String> {
     let promtool = twc_testenv::paths::promtool();
     let out = std::process::Command::new(&promtool)
         .args(args)
-        .current_dir(root())
+        .current_dir(twc_testenv::paths::workspace())
         .output()
         .map_err(|e| format!("{}: {e} (run hack/provision.sh)", promtool.display()))?;
     let text = format!(
@@ -49,7 +45,7 @@ fn the_alert_rules_pass_promtool_and_every_alert_has_a_firing_case() {
 
     // promtool passes a rule no test names: each alert must fire in some case, with its
     // annotations checked there.
-    let alerts: Vec<String> = yaml(&root().join(&rules))["groups"]
+    let alerts: Vec<String> = yaml(&twc_testenv::paths::workspace().join(&rules))["groups"]
         .as_array()
         .into_iter()
         .flatten()
@@ -57,7 +53,7 @@ fn the_alert_rules_pass_promtool_and_every_alert_has_a_firing_case() {
         .filter_map(|r| r["alert"].as_str().map(str::to_string))
         .collect();
     assert!(alerts.len() >= 6, "{alerts:?}");
-    let tests = yaml(&root().join(RULE_TESTS));
+    let tests = yaml(&twc_testenv::paths::workspace().join(RULE_TESTS));
     let firing: Vec<&Value> = tests["tests"]
         .as_array()
         .into_iter()
@@ -107,7 +103,8 @@ async fn the_alert_rules_are_a_prometheus_rule_when_asked() {
         "kube-prometheus-stack"
     );
     // The file's groups, with the additional labels on every alert.
-    let mut expected = yaml(&root().join(CHART).join(RULES))["groups"].clone();
+    let mut expected =
+        yaml(&twc_testenv::paths::workspace().join(CHART).join(RULES))["groups"].clone();
     for group in expected.as_array_mut().into_iter().flatten() {
         for r in group["rules"].as_array_mut().into_iter().flatten() {
             r["labels"]["team"] = "platform".into();

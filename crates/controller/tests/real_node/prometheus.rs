@@ -24,9 +24,7 @@ const PERIOD: &str = "2s";
 const RATE_INTERVAL: &str = "1m";
 
 fn repo(path: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("../..")
-        .join(path)
+    twc_testenv::paths::workspace().join(path)
 }
 
 /// Prometheus scraping the controller with a ServiceAccount bound to the metrics reader role,
