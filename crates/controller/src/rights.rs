@@ -58,8 +58,10 @@ pub struct Rights {
     /// Namespaces whose Role and RoleBinding this process let go, until it holds them again:
     /// a later release (the last WorkerDeployment's and the Connection's both ask) is a no-op.
     released: Mutex<BTreeSet<String>>,
-    /// One release at a time, so a second one sees the first's outcome.
-    releasing: tokio::sync::Mutex<()>,
+    /// One hold or release at a time, so each sees the last one's outcome (a release racing a
+    /// hold could take the RoleBinding's finalizer off after the hold put it on and marked the
+    /// namespace held).
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl Rights {
@@ -71,7 +73,7 @@ impl Rights {
             name,
             held: Mutex::default(),
             released: Mutex::default(),
-            releasing: tokio::sync::Mutex::const_new(()),
+            turn: tokio::sync::Mutex::const_new(()),
         }
     }
 
@@ -99,6 +101,7 @@ impl Rights {
         if self.checked(ns) {
             return;
         }
+        let _turn = self.turn.lock().await;
         let role = self.keep::<Role>(ns, name).await;
         let binding = self.keep::<RoleBinding>(ns, name).await;
         self.mark(ns, role && binding);
@@ -112,7 +115,7 @@ impl Rights {
     /// RoleBinding are let go.
     pub async fn release_if_unused(&self, ns: &str) {
         let Some(name) = &self.name else { return };
-        let _one_at_a_time = self.releasing.lock().await;
+        let _turn = self.turn.lock().await;
         if self.released.lock().is_ok_and(|r| r.contains(ns)) {
             return;
         }
