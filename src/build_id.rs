@@ -84,11 +84,22 @@ pub fn versions(input: &str, namespace: &str) -> anyhow::Result<Vec<Version>> {
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
             .unwrap_or(namespace);
-        let raw = doc
-            .pointer("/spec/template")
-            .ok_or_else(|| fail("spec.template", "missing".into()))?;
-        let template: PodTemplateSpec = serde_json::from_value(raw.clone())
-            .map_err(|e| fail("spec.template", e.to_string()))?;
+        // `spec.deployment.template` (TWC's newer form) or the deprecated `spec.template`:
+        // the same pod makes the same build ID in both.
+        let (field, raw) = match doc.pointer("/spec/deployment/template") {
+            Some(raw) => ("spec.deployment.template", raw),
+            None => (
+                "spec.template",
+                doc.pointer("/spec/template").ok_or_else(|| {
+                    fail(
+                        "spec",
+                        "one of deployment, template or workerGroups must be set".into(),
+                    )
+                })?,
+            ),
+        };
+        let template: PodTemplateSpec =
+            serde_json::from_value(raw.clone()).map_err(|e| fail(field, e.to_string()))?;
         let custom = match doc.pointer("/spec/workerOptions/unsafeCustomBuildID") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.as_str()),
@@ -106,7 +117,7 @@ pub fn versions(input: &str, namespace: &str) -> anyhow::Result<Vec<Version>> {
             .and_then(|c| u32::try_from(c).ok())
             .unwrap_or(0);
         build_id::go_json(&template)
-            .map_err(|e| fail(&format!("spec.template.{}", e.path), e.message))?;
+            .map_err(|e| fail(&format!("{field}.{}", e.path), e.message))?;
         let build = build_id::build_id_with(&template, custom, collisions);
         out.push(Version {
             namespace: ns.to_string(),
@@ -203,6 +214,36 @@ spec:
             r#"{"namespace":"team-a","name":"orders","buildID":"1.4.2-7d78","versionedDeploymentName":"orders-1-4-2-7d78","temporalWorkerDeploymentName":"team-a/orders"}"#
         );
         assert!(table(&v).starts_with("NAMESPACE   NAME"));
+    }
+
+    /// TWC's newer form gives the same version as the deprecated one for the same pod
+    /// (upstream's own build ID for case "no-groups-deployment-same-pod").
+    #[test]
+    fn spec_deployment_gives_the_build_id_of_the_same_template() {
+        let pod = "{spec: {containers: [{name: worker, image: \"registry.example.com/orders-worker:1.4.2\"}]}}";
+        let old =
+            format!("kind: WorkerDeployment\nmetadata: {{name: o}}\nspec: {{template: {pod}}}\n");
+        let new = format!(
+            "kind: WorkerDeployment\nmetadata: {{name: o}}\nspec: {{deployment: {{replicas: 2, template: {pod}}}}}\n"
+        );
+        let build = |input: &str| {
+            versions(input, "default")
+                .unwrap_or_else(|e| panic!("{e:#}"))
+                .remove(0)
+                .build_id
+        };
+        assert_eq!(build(&old), "1.4.2-7d78");
+        assert_eq!(build(&new), "1.4.2-7d78");
+        let e = versions(
+            "kind: WorkerDeployment\nmetadata: {name: x}\nspec: {}\n",
+            "d",
+        )
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("document 0: spec: one of deployment, template or workerGroups must be set")
+        );
     }
 
     #[test]

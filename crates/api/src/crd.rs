@@ -46,25 +46,37 @@ fn status_read_as_not_observed(crd: &mut CustomResourceDefinition) {
     }
 }
 
-/// The WorkerDeployment CRD. Descriptions inside `spec.template` (the core Pod schema, which
-/// `kubectl explain pod` already documents) are dropped: they would make the CRD about 540 KB,
-/// too large for a client-side `kubectl apply`.
+/// The WorkerDeployment CRD. Descriptions inside each pod template (`spec.template` and
+/// `spec.deployment.template`: the core Pod schema, which `kubectl explain pod` already
+/// documents) are dropped: with them one copy alone would make the CRD about 540 KB, too large
+/// for a client-side `kubectl apply`.
 pub fn worker_deployment() -> CustomResourceDefinition {
     let mut crd = WorkerDeployment::crd();
     for version in &mut crd.spec.versions {
-        let template = version
+        let Some(spec) = version
             .schema
             .as_mut()
             .and_then(|s| s.open_api_v3_schema.as_mut())
             .and_then(|root| root.properties.as_mut())
             .and_then(|p| p.get_mut("spec"))
             .and_then(|spec| spec.properties.as_mut())
+        else {
+            continue;
+        };
+        let nested = spec
+            .get_mut("deployment")
+            .and_then(|d| d.properties.as_mut())
             .and_then(|p| p.get_mut("template"));
-        if let Some(template) = template {
+        if let Some(template) = nested {
             for child in template.properties.iter_mut().flat_map(|p| p.values_mut()) {
                 strip_descriptions(child);
             }
-            // Required by a rule (see the field), never filled in: a default `{}` would
+        }
+        if let Some(template) = spec.get_mut("template") {
+            for child in template.properties.iter_mut().flat_map(|p| p.values_mut()) {
+                strip_descriptions(child);
+            }
+            // Exclusive with `deployment` by a rule, never filled in: a default `{}` would
             // make "no template" pass it.
             template.default = None;
         }
@@ -243,13 +255,53 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
-        "has(self.template) || has(self.deployment) || has(self.workerGroups)",
-        "spec.template is required",
+        "has(self.deployment) || has(self.template) || has(self.workerGroups)",
+        "one of deployment, template or workerGroups must be set",
     ),
     (
         "workerdeployments",
-        "false",
-        "spec.deployment is not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead",
+        "!(has(self.deployment) && has(self.template))",
+        "exactly one of deployment or template must be set",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.workerGroups) || !(has(self.deployment) || has(self.template))",
+        "workerGroups cannot be combined with deployment or template",
+    ),
+    (
+        "workerdeployments",
+        "!(has(self.deployment) && has(self.deploymentStrategy))",
+        "deploymentStrategy cannot be combined with deployment: set deployment.strategy",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.progressDeadlineSeconds) || self.progressDeadlineSeconds > (has(self.minReadySeconds) ? self.minReadySeconds : 0)",
+        "deployment.progressDeadlineSeconds must be greater than deployment.minReadySeconds",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.paused) || !self.paused",
+        "deployment.paused is not supported: a paused Deployment never starts a version's pods; pause a rollout with the temporal.io/rollout-paused annotation",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.type) || self.type == 'RollingUpdate' || self.type == 'Recreate'",
+        "deployment.strategy.type must be RollingUpdate or Recreate",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || !has(self.type) || self.type != 'Recreate'",
+        "deployment.strategy.rollingUpdate may not be set when type is Recreate",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || !has(self.rollingUpdate.maxSurge) || !(string(self.rollingUpdate.maxUnavailable) in ['0', '0%'] && string(self.rollingUpdate.maxSurge) in ['0', '0%'])",
+        "deployment.strategy: maxUnavailable and maxSurge cannot both be 0",
+    ),
+    (
+        "workerdeployments",
+        "!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))",
+        "deployment.strategy: maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%",
     ),
     (
         "workerdeployments",

@@ -6,6 +6,8 @@
 mod admission;
 #[path = "crds_on_apiserver/cel.rs"]
 mod cel;
+#[path = "crds_on_apiserver/deployment.rs"]
+mod deployment;
 #[path = "crds_on_apiserver/manifests.rs"]
 mod manifests;
 

@@ -67,9 +67,13 @@ mod wire {
     }
 
     #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
     pub struct Spec {
         pub replicas: Option<i32>,
         pub strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
+        pub min_ready_seconds: Option<i32>,
+        pub progress_deadline_seconds: Option<i32>,
+        pub revision_history_limit: Option<i32>,
         #[serde(default)]
         pub template: Template,
     }
@@ -156,6 +160,10 @@ impl From<wire::Deployment> for CachedDeployment {
     fn from(mut d: wire::Deployment) -> Self {
         let spec_replicas = d.spec.as_ref().and_then(|s| s.replicas);
         let strategy = d.spec.as_mut().and_then(|s| s.strategy.take());
+        let settings = |f: fn(&wire::Spec) -> Option<i32>| d.spec.as_ref().and_then(f);
+        let min_ready_seconds = settings(|s| s.min_ready_seconds);
+        let progress_deadline_seconds = settings(|s| s.progress_deadline_seconds);
+        let revision_history_limit = settings(|s| s.revision_history_limit);
         let template = d.spec.map(|s| s.template).unwrap_or_default();
         let mut annotations = template
             .metadata
@@ -235,6 +243,9 @@ impl From<wire::Deployment> for CachedDeployment {
             oldest_pod: None,
             credentials_not_after,
             strategy,
+            min_ready_seconds,
+            progress_deadline_seconds,
+            revision_history_limit,
             // Filled from the metadata when observed (not kept twice in the cache).
             uid: None,
             resource_version: None,
@@ -356,6 +367,9 @@ mod tests {
             oldest_pod: None,
             credentials_not_after: None,
             strategy: d.spec.as_ref().and_then(|s| s.strategy.clone()),
+            min_ready_seconds: d.spec.as_ref().and_then(|s| s.min_ready_seconds),
+            progress_deadline_seconds: d.spec.as_ref().and_then(|s| s.progress_deadline_seconds),
+            revision_history_limit: d.spec.as_ref().and_then(|s| s.revision_history_limit),
             uid: d.metadata.uid.clone(),
             resource_version: d.metadata.resource_version.clone(),
         })

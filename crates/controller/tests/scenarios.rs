@@ -146,6 +146,8 @@ scenarios! {
         rollout::manual_rollout_custom_build_expect_rolling_update,
     deployment_strategy_reaches_every_version =>
         rollout::deployment_strategy_reaches_every_version,
+    spec_deployment_takes_over_from_spec_template_without_a_new_version =>
+        rollout::spec_deployment_takes_over_from_spec_template_without_a_new_version,
     a_version_that_never_served_waits_for_its_workflows_then_is_retired =>
         rollout::a_version_that_never_served_waits_for_its_workflows_then_is_retired,
     all_at_once_rollback_expect_immediate_promotion =>

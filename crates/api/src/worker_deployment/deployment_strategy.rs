@@ -13,6 +13,18 @@ pub const DEFAULT_MAX_SURGE: &str = "25%";
 pub const ROLLING_UPDATE: &str = "RollingUpdate";
 pub const RECREATE: &str = "Recreate";
 
+/// The CRD's rules on a strategy (`spec.deploymentStrategy` and `spec.deployment.strategy`
+/// carry the same ones, each message naming its own field); [`problems`] says the same.
+pub const RULE_TYPE: &str =
+    "!has(self.type) || self.type == 'RollingUpdate' || self.type == 'Recreate'";
+/// See [`RULE_TYPE`].
+pub const RULE_RECREATE: &str =
+    "!has(self.rollingUpdate) || !has(self.type) || self.type != 'Recreate'";
+/// See [`RULE_TYPE`].
+pub const RULE_NOT_BOTH_ZERO: &str = "!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || !has(self.rollingUpdate.maxSurge) || !(string(self.rollingUpdate.maxUnavailable) in ['0', '0%'] && string(self.rollingUpdate.maxSurge) in ['0', '0%'])";
+/// See [`RULE_TYPE`].
+pub const RULE_AMOUNTS: &str = "!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))";
+
 /// The strategy with the defaults `apps/v1` (and TWC) fill: type `RollingUpdate`, and for a
 /// rolling update `maxUnavailable` and `maxSurge` 25 %. A `Recreate` gets nothing added.
 pub fn defaulted(s: &DeploymentStrategy) -> DeploymentStrategy {

@@ -2,12 +2,14 @@
 //! one versioned Deployment) per distinct template, with a rollout and a sunset strategy.
 
 mod connection_ref;
+mod deployment_spec;
 pub mod deployment_strategy;
 mod rollout;
 mod status;
 mod validate;
 
 pub use connection_ref::*;
+pub use deployment_spec::*;
 pub use rollout::*;
 pub use status::*;
 pub use validate::*;
@@ -39,35 +41,43 @@ use serde::{Deserialize, Serialize};
     validation = Rule::new("size(self.metadata.name) <= 63").message("name cannot be more than 63 characters")
 )]
 #[x_kube(
-    validation = Rule::new("has(self.template) || has(self.deployment) || has(self.workerGroups)")
-        .message("spec.template is required")
+    validation = Rule::new("has(self.deployment) || has(self.template) || has(self.workerGroups)")
+        .message("one of deployment, template or workerGroups must be set"),
+    validation = Rule::new("!(has(self.deployment) && has(self.template))")
+        .message("exactly one of deployment or template must be set"),
+    validation = Rule::new("!has(self.workerGroups) || !(has(self.deployment) || has(self.template))")
+        .message("workerGroups cannot be combined with deployment or template"),
+    validation = Rule::new("!(has(self.deployment) && has(self.deploymentStrategy))")
+        .message("deploymentStrategy cannot be combined with deployment: set deployment.strategy")
 )]
 #[serde(rename_all = "camelCase")]
 pub struct WorkerDeploymentSpec {
-    /// Number of desired pods for the active versions (current and target). When omitted, the
-    /// controller creates versioned Deployments without replicas and never scales active
-    /// versions, so an HPA or KEDA can own them; drained versions and inactive versions that are
-    /// not the target are still scaled to zero.
+    /// Deprecated (TWC's older form): use `deployment.replicas`; ignored when `deployment` is
+    /// set. Number of desired pods for the active versions (current and target). When
+    /// omitted, the controller creates versioned Deployments without replicas and never
+    /// scales active versions, so an HPA or KEDA can own them; drained versions and inactive
+    /// versions that are not the target are still scaled to zero.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
 
-    /// The pods each version runs. The controller adds the Temporal connection environment
-    /// variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_DEPLOYMENT_NAME,
+    /// Deprecated (TWC's older form): use `deployment.template`; exactly one of the two is
+    /// set. The pods each version runs. The controller adds the Temporal connection
+    /// environment variables (TEMPORAL_ADDRESS, TEMPORAL_NAMESPACE, TEMPORAL_DEPLOYMENT_NAME,
     /// TEMPORAL_WORKER_BUILD_ID, and TLS or API-key settings) to every container. Any change
     /// to the template makes a new version, unless `workerOptions.unsafeCustomBuildID` is set.
-    /// Required (a rule, not the schema's `required`, so that a manifest using TWC's
-    /// `spec.deployment` instead hears what to change).
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "deployment_spec::is_empty_template")]
     pub template: PodTemplateSpec,
 
-    /// Minimum number of seconds a new pod must be ready, without any container crashing, to
-    /// count as available. Copied to each versioned Deployment.
+    /// Deprecated (TWC's older form): use `deployment.minReadySeconds`; ignored when
+    /// `deployment` is set. Minimum number of seconds a new pod must be ready, without any
+    /// container crashing, to count as available. Copied to each versioned Deployment.
     #[serde(default)]
     #[schemars(range(min = 0))]
     pub min_ready_seconds: i32,
 
-    /// How long, in seconds, the target version may take to have its workers ready and polling
-    /// Temporal. Past it the rollout fails: `Progressing=False` with reason
+    /// Deprecated (TWC's older form): use `deployment.progressDeadlineSeconds`; ignored when
+    /// `deployment` is set. How long, in seconds, the target version may take to have its
+    /// workers ready and polling Temporal. Past it the rollout fails: `Progressing=False` with reason
     /// `ProgressDeadlineExceeded` and a Warning naming what is missing, and the build is not
     /// promoted until the template changes or a retry is asked for (annotation
     /// `temporal.io/retry`). During a ramp, how long the target's Deployment may stay
@@ -80,6 +90,7 @@ pub struct WorkerDeploymentSpec {
     )]
     pub progress_deadline_seconds: Option<i32>,
 
+    /// With the deprecated `template` only (use `deployment.strategy` with `deployment`).
     /// How each versioned Deployment replaces its pods (the `apps/v1` Deployment's
     /// `spec.strategy`): `RollingUpdate` (the default, with `maxUnavailable` and `maxSurge` 25 %
     /// when not given) or `Recreate`. Not the rollout strategy (`spec.rollout`, which moves
@@ -91,24 +102,25 @@ pub struct WorkerDeploymentSpec {
     /// Deployment's strategy as it is (Kubernetes' default on the ones it creates).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[x_kube(
-        validation = Rule::new("!has(self.type) || self.type == 'RollingUpdate' || self.type == 'Recreate'")
+        validation = Rule::new(deployment_strategy::RULE_TYPE)
             .message("deploymentStrategy.type must be RollingUpdate or Recreate"),
-        validation = Rule::new("!has(self.rollingUpdate) || !has(self.type) || self.type != 'Recreate'")
+        validation = Rule::new(deployment_strategy::RULE_RECREATE)
             .message("deploymentStrategy.rollingUpdate may not be set when type is Recreate"),
-        validation = Rule::new("!has(self.rollingUpdate) || !has(self.rollingUpdate.maxUnavailable) || !has(self.rollingUpdate.maxSurge) || !(string(self.rollingUpdate.maxUnavailable) in ['0', '0%'] && string(self.rollingUpdate.maxSurge) in ['0', '0%'])")
+        validation = Rule::new(deployment_strategy::RULE_NOT_BOTH_ZERO)
             .message("maxUnavailable and maxSurge cannot both be 0"),
-        validation = Rule::new("!has(self.rollingUpdate) || ((!has(self.rollingUpdate.maxUnavailable) || (type(self.rollingUpdate.maxUnavailable) == string ? self.rollingUpdate.maxUnavailable.matches('^[0-9]+%$') : self.rollingUpdate.maxUnavailable >= 0)) && (!has(self.rollingUpdate.maxSurge) || (type(self.rollingUpdate.maxSurge) == string ? self.rollingUpdate.maxSurge.matches('^[0-9]+%$') : self.rollingUpdate.maxSurge >= 0)))")
+        validation = Rule::new(deployment_strategy::RULE_AMOUNTS)
             .message("maxUnavailable and maxSurge are a number of pods (0 or more) or a percentage such as 25%")
     )]
     pub deployment_strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
 
-    /// Not supported yet: TWC's newer form of the pod template and its Deployment settings
-    /// (an `apps/v1` DeploymentSpec). Refused rather than dropped; set `template`,
-    /// `replicas`, `minReadySeconds`, `progressDeadlineSeconds` and `deploymentStrategy`.
+    /// The `apps/v1` DeploymentSpec each version's Deployment is made from: its pod template,
+    /// replicas, strategy, minReadySeconds, progressDeadlineSeconds and
+    /// revisionHistoryLimit (the selector is the controller's). Replaces `template`,
+    /// `replicas`, `minReadySeconds`, `progressDeadlineSeconds` and `deploymentStrategy`;
+    /// exactly one of `deployment` and `template` is set. The same pod template in either form
+    /// makes the same build ID, so moving a manifest to this form starts no new version.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::schema::any_object")]
-    #[x_kube(validation = Rule::new("false").message("spec.deployment is not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead"))]
-    pub deployment: Option<serde_json::Value>,
+    pub deployment: Option<VersionedDeploymentSpec>,
 
     /// Not supported yet: TWC's several pod templates per version. Refused rather than
     /// dropped; run one WorkerDeployment per group of workers.

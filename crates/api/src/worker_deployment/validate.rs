@@ -30,13 +30,14 @@ impl WorkerDeploymentSpec {
             })
         };
         // The template must be one Go decodes: its Go JSON is what the build ID hashes.
-        match serde_json::to_value(&self.template) {
+        let template_field = self.pod_template_field();
+        match serde_json::to_value(self.pod_template()) {
             Ok(v) => {
                 if let Err(e) = twc_gocompat::pod_template_spec(&v) {
-                    err(&format!("spec.template.{}", e.path), e.message);
+                    err(&format!("{template_field}.{}", e.path), e.message);
                 }
             }
-            Err(e) => err("spec.template", e.to_string()),
+            Err(e) => err(template_field, e.to_string()),
         }
         let step_gates = self.rollout.steps.iter().enumerate().filter_map(|(i, s)| {
             s.gate
@@ -130,11 +131,37 @@ impl WorkerDeploymentSpec {
                 err(field, e);
             }
         }
-        if self.deployment.is_some() {
-            err(
-                "spec.deployment",
-                "not supported yet: set spec.template, spec.replicas, spec.minReadySeconds, spec.progressDeadlineSeconds and spec.deploymentStrategy instead".into(),
-            );
+        if let Some(d) = &self.deployment {
+            // The CRD's rules, for objects stored before them.
+            if !super::deployment_spec::is_empty_template(&self.template) {
+                err(
+                    "spec.template",
+                    "exactly one of deployment or template must be set".into(),
+                );
+            }
+            if self.deployment_strategy.is_some() {
+                err(
+                    "spec.deploymentStrategy",
+                    "deploymentStrategy cannot be combined with deployment: set deployment.strategy".into(),
+                );
+            }
+            if d.paused == Some(true) {
+                err(
+                    "spec.deployment.paused",
+                    "not supported: a paused Deployment never starts a version's pods; pause a rollout with the temporal.io/rollout-paused annotation".into(),
+                );
+            }
+            if let Some(deadline) = d.progress_deadline_seconds
+                && deadline <= d.min_ready_seconds.unwrap_or(0)
+            {
+                err(
+                    "spec.deployment.progressDeadlineSeconds",
+                    format!(
+                        "must be greater than deployment.minReadySeconds ({})",
+                        d.min_ready_seconds.unwrap_or(0)
+                    ),
+                );
+            }
         }
         if self.worker_groups.is_some() {
             err(
@@ -142,9 +169,13 @@ impl WorkerDeploymentSpec {
                 "not supported yet: run one WorkerDeployment per group of workers".into(),
             );
         }
-        if let Some(strategy) = &self.deployment_strategy {
+        let strategy = match &self.deployment {
+            Some(d) => d.strategy.as_ref(),
+            None => self.deployment_strategy.as_ref(),
+        };
+        if let Some(strategy) = strategy {
             for (field, message) in super::deployment_strategy::problems(strategy) {
-                err(&format!("spec.deploymentStrategy.{field}"), message);
+                err(&format!("{}.{field}", self.strategy_field()), message);
             }
         }
         if self.worker_options.connection_ref.target().is_none() {
@@ -266,6 +297,52 @@ mod tests {
         assert!(fields[2].starts_with(
             "spec.rollout.steps[3].pauseDuration: pause duration must be at least 30s"
         ));
+    }
+
+    /// What the CRD's rules refuse in `spec.deployment`, the controller refuses too (an object
+    /// stored before the rules), each naming its field.
+    #[test]
+    fn spec_deployment_is_checked_as_the_crd_checks_it() {
+        use crate::worker_deployment::VersionedDeploymentSpec;
+        use k8s_openapi::api::apps::v1::DeploymentStrategy;
+        let template = |image: &str| {
+            serde_json::from_value(serde_json::json!({"spec": {"containers": [
+                {"name": "w", "image": image}]}}))
+            .unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut s = spec();
+        s.deployment = Some(VersionedDeploymentSpec {
+            template: template("w:1"),
+            replicas: Some(2),
+            progress_deadline_seconds: Some(60),
+            ..Default::default()
+        });
+        assert_eq!(s.validate(), vec![]);
+        s.template = template("w:1");
+        s.deployment_strategy = Some(DeploymentStrategy::default());
+        if let Some(d) = s.deployment.as_mut() {
+            d.paused = Some(true);
+            d.min_ready_seconds = Some(60);
+            d.strategy = Some(DeploymentStrategy {
+                type_: Some("BlueGreen".into()),
+                rolling_update: None,
+            });
+            d.template = serde_json::from_value(serde_json::json!({"spec": {"containers": [
+                {"name": "w", "image": "w:1", "resources": {"limits": {"cpu": "lots"}}}]}}))
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.deployment.template.spec.containers[0].resources.limits.cpu",
+                "spec.template",
+                "spec.deploymentStrategy",
+                "spec.deployment.paused",
+                "spec.deployment.progressDeadlineSeconds",
+                "spec.deployment.strategy.type",
+            ]
+        );
     }
 
     #[test]

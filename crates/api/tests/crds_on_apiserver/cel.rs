@@ -118,24 +118,13 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "spec.workerOptions.unsafeCustomBuildID",
         ),
         (
-            "TWC's spec.deployment (not supported yet)",
+            "spec.deployment beside spec.template",
             set(
                 minimal_wd("d"),
                 "spec/deployment",
                 json!({"replicas": 2, "template": {"spec": {"containers": []}}}),
             ),
-            "spec.deployment is not supported yet",
-        ),
-        (
-            "TWC's spec.deployment in place of spec.template",
-            {
-                let mut v = set(minimal_wd("d2"), "spec/deployment", json!({"template": {}}));
-                if let Some(spec) = v["spec"].as_object_mut() {
-                    spec.remove("template");
-                }
-                v
-            },
-            "spec.deployment is not supported yet",
+            "exactly one of deployment or template must be set",
         ),
         (
             "no template at all",
@@ -146,7 +135,7 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
                 }
                 v
             },
-            "spec.template is required",
+            "one of deployment, template or workerGroups must be set",
         ),
         (
             "TWC's spec.workerGroups (not supported yet)",

@@ -61,6 +61,11 @@ pub struct ObservedDeployment {
     pub credentials_not_after: Option<SystemTime>,
     /// `spec.strategy` as stored (the apiserver fills `apps/v1`'s defaults).
     pub strategy: Option<k8s_openapi::api::apps::v1::DeploymentStrategy>,
+    /// `spec.minReadySeconds`, `spec.progressDeadlineSeconds` and `spec.revisionHistoryLimit`
+    /// as stored.
+    pub min_ready_seconds: Option<i32>,
+    pub progress_deadline_seconds: Option<i32>,
+    pub revision_history_limit: Option<i32>,
     /// The object this view was taken from (`metadata.uid`, `metadata.resourceVersion`): a
     /// destructive write carries them as preconditions, so a plan made from an older view
     /// cannot delete or scale down a Deployment that changed since.

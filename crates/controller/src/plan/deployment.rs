@@ -258,7 +258,7 @@ fn pod_template(
     build_id: &str,
     conn: &ConnectionSpec,
 ) -> (PodTemplateSpec, String) {
-    let mut template = wd.spec.template.clone();
+    let mut template = wd.spec.pod_template().clone();
     let meta = template.metadata.get_or_insert_with(Default::default);
     let labels = meta.labels.get_or_insert_with(Default::default);
     labels.extend(selector_labels(&wd.name_any(), build_id));
@@ -266,7 +266,7 @@ fn pod_template(
         .get_or_insert_with(Default::default)
         .insert(
             labels::POD_TEMPLATE_SPEC_HASH.into(),
-            template_digest(&wd.spec.template),
+            template_digest(wd.spec.pod_template()),
         );
     let record = inject(&mut template, wd, build_id, conn);
     (template, record)
@@ -364,7 +364,7 @@ pub fn versioned_deployment(
     // injected (metadata only: it never rolls a pod).
     let mut annotations = wd
         .spec
-        .template
+        .pod_template()
         .metadata
         .as_ref()
         .and_then(|m| m.annotations.clone())
@@ -380,14 +380,14 @@ pub fn versioned_deployment(
             ..Default::default()
         },
         spec: Some(DeploymentSpec {
-            replicas: wd.spec.replicas,
-            min_ready_seconds: Some(wd.spec.min_ready_seconds),
+            replicas: wd.spec.desired_replicas(),
+            min_ready_seconds: Some(wd.spec.min_ready()),
             // With TWC's defaults filled (RollingUpdate, 25 % / 25 %); omitted, Kubernetes'.
-            strategy: wd
-                .spec
-                .deployment_strategy
-                .as_ref()
-                .map(twc_api::deployment_strategy::defaulted),
+            strategy: wd.spec.versioned_strategy(),
+            // Only `spec.deployment`'s reach the Deployment (the top-level deadline is the
+            // rollout's alone, as before it).
+            progress_deadline_seconds: wd.spec.versioned_progress_deadline_seconds(),
+            revision_history_limit: wd.spec.revision_history_limit(),
             selector: LabelSelector {
                 match_labels: Some(selector),
                 ..Default::default()
@@ -399,25 +399,64 @@ pub fn versioned_deployment(
     }
 }
 
-/// `spec.deploymentStrategy` on every versioned Deployment (TWC's update path does the same):
-/// (name, strategy) of each one whose strategy differs once both have `apps/v1`'s defaults,
-/// but none `skip` names (re-applied whole or deleted in the same plan). Without the field,
-/// nothing: each keeps the strategy it has.
-pub fn strategy_changes(
+/// What an existing versioned Deployment is patched with so that its Deployment-level
+/// settings are the spec's (no pod rolls): each field None is already as wanted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct SettingsChange {
+    /// `spec.strategy`, with `apps/v1`'s defaults filled.
+    pub strategy: Option<DeploymentStrategy>,
+    pub min_ready_seconds: Option<i32>,
+    pub progress_deadline_seconds: Option<i32>,
+    pub revision_history_limit: Option<i32>,
+}
+
+impl SettingsChange {
+    fn is_empty(&self) -> bool {
+        self == &Self::default()
+    }
+}
+
+/// The spec's Deployment-level settings on every versioned Deployment, old versions included
+/// (TWC's update path does the same for the strategy): (name, change) of each one that
+/// differs, but none `skip` names (re-applied whole or deleted in the same plan). The strategy
+/// comes from `spec.deployment.strategy` or `spec.deploymentStrategy` (without either, each
+/// Deployment keeps its own); `minReadySeconds`, `progressDeadlineSeconds` and
+/// `revisionHistoryLimit` only from `spec.deployment` (with the deprecated fields they are set
+/// when a Deployment is made, as TWC does).
+pub fn settings_changes(
     wd: &WorkerDeployment,
     observed: &crate::observed::Observed,
     skip: impl Fn(&str) -> bool,
-) -> Vec<(String, DeploymentStrategy)> {
+) -> Vec<(String, SettingsChange)> {
     use twc_api::deployment_strategy::defaulted;
-    let Some(wanted) = wd.spec.deployment_strategy.as_ref().map(defaulted) else {
-        return Vec::new();
-    };
+    let wanted_strategy = wd.spec.versioned_strategy();
+    let from_deployment = wd.spec.deployment.is_some();
+    let differs = |want: Option<i32>, have: Option<i32>| want.filter(|w| Some(*w) != have);
     observed
         .deployments
         .values()
-        .filter(|d| defaulted(&d.strategy.clone().unwrap_or_default()) != wanted)
         .filter(|d| !skip(&d.name))
-        .map(|d| (d.name.clone(), wanted.clone()))
+        .filter_map(|d| {
+            let mut change = SettingsChange {
+                strategy: wanted_strategy
+                    .clone()
+                    .filter(|w| &defaulted(&d.strategy.clone().unwrap_or_default()) != w),
+                ..Default::default()
+            };
+            if from_deployment {
+                change.min_ready_seconds = differs(
+                    Some(wd.spec.min_ready()),
+                    Some(d.min_ready_seconds.unwrap_or(0)),
+                );
+                change.progress_deadline_seconds = differs(
+                    wd.spec.versioned_progress_deadline_seconds(),
+                    d.progress_deadline_seconds,
+                );
+                change.revision_history_limit =
+                    differs(wd.spec.revision_history_limit(), d.revision_history_limit);
+            }
+            (!change.is_empty()).then(|| (d.name.clone(), change))
+        })
         .collect()
 }
 

@@ -403,3 +403,119 @@ fn renders_the_deployment_strategy_twc_renders_and_keeps_the_build_id() {
         assert_eq!(ours, without, "{name}");
     }
 }
+
+/// `spec.deployment` (TWC's newer form) renders the same versioned Deployment as the
+/// deprecated fields for the same pod, plus the Deployment settings it holds; the deprecated
+/// top-level fields beside it are ignored, as upstream ignores them.
+#[test]
+fn spec_deployment_renders_the_same_pods_with_its_deployment_settings() {
+    let conn = ConnectionSpec {
+        host_port: "t:7233".into(),
+        ..Default::default()
+    };
+    let old = wd();
+    let mut new = wd();
+    new.spec.deployment = Some(
+        serde_json::from_value(json!({
+            "replicas": 4, "minReadySeconds": 5, "progressDeadlineSeconds": 120,
+            "revisionHistoryLimit": 3, "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": {"ignored": "yes"}},
+            "template": serde_json::to_value(&old.spec.template).unwrap_or_default(),
+        }))
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    new.spec.template = Default::default();
+    new.spec.min_ready_seconds = 30;
+    new.spec.progress_deadline_seconds = Some(0);
+    let (a, b) = (
+        versioned_deployment(&old, "v1-d975", &conn),
+        versioned_deployment(&new, "v1-d975", &conn),
+    );
+    assert_eq!(a.metadata, b.metadata);
+    let (a, b) = (a.spec.unwrap_or_default(), b.spec.unwrap_or_default());
+    assert_eq!(a.template, b.template, "the same pods");
+    assert_eq!(a.selector, b.selector, "the controller's selector");
+    assert_eq!((a.replicas, b.replicas), (Some(2), Some(4)));
+    assert_eq!(
+        (a.min_ready_seconds, b.min_ready_seconds),
+        (Some(0), Some(5))
+    );
+    assert_eq!(
+        (a.progress_deadline_seconds, b.progress_deadline_seconds),
+        (None, Some(120)),
+        "only spec.deployment's deadline reaches the Deployment"
+    );
+    assert_eq!(
+        (a.revision_history_limit, b.revision_history_limit),
+        (None, Some(3))
+    );
+    assert_eq!(a.strategy, None, "Kubernetes' default, as before");
+    assert_eq!(
+        b.strategy.and_then(|s| s.type_).as_deref(),
+        Some("Recreate")
+    );
+    assert_eq!(
+        crate::plan::guard::deadline(&new),
+        Some(std::time::Duration::from_secs(120)),
+        "spec.deployment's deadline is also the rollout's"
+    );
+}
+
+/// Upstream's own rendering of a WorkerDeployment without groups, in either form
+/// (`twc-group-build-ids.json`, cases without `workerGroups`): name, labels, selector, replicas,
+/// pod labels and the template digest; with `spec.deployment`, also its defaulted strategy
+/// (with `spec.template` Kubernetes fills the same one on creation).
+#[test]
+fn renders_upstreams_deployments_without_groups() {
+    let golden: serde_json::Value = serde_json::from_str(include_str!(
+        "../../../gocompat/tests/data/twc-group-build-ids.json"
+    ))
+    .unwrap_or_else(|e| panic!("{e}"));
+    fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
+        serde_json::to_value(v).unwrap_or_default()
+    }
+    let mut seen = 0;
+    for case in golden["cases"].as_array().into_iter().flatten() {
+        if case["hasWorkerGroups"] != false {
+            continue;
+        }
+        seen += 1;
+        let input = &case["input"];
+        let name = input["name"].as_str().unwrap_or_default();
+        let mut spec = input["spec"].clone();
+        spec["workerOptions"]["connectionRef"] = json!({"name": "c"});
+        let wd: WorkerDeployment = serde_json::from_value(json!({
+            "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
+            "metadata": {"name": input["wdName"], "namespace": input["namespace"], "uid": "u"},
+            "spec": spec,
+        }))
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let build = crate::plan::target_build_id(&wd);
+        assert_eq!(
+            build,
+            case["buildID"].as_str().unwrap_or_default(),
+            "{name}"
+        );
+        let d = versioned_deployment(&wd, &build, &ConnectionSpec::default());
+        let g = &case["groups"][0];
+        assert_eq!(json(&d.metadata.name), g["renderedName"], "{name}");
+        assert_eq!(json(&d.metadata.labels), g["renderedLabels"], "{name}");
+        let spec = d.spec.unwrap_or_default();
+        assert_eq!(json(&spec.selector), g["renderedSelector"], "{name}");
+        assert_eq!(json(&spec.replicas), g["renderedReplicas"], "{name}");
+        let meta = spec.template.metadata.unwrap_or_default();
+        assert_eq!(json(&meta.labels), g["renderedPodLabels"], "{name}");
+        assert_eq!(
+            meta.annotations
+                .unwrap_or_default()
+                .get(labels::POD_TEMPLATE_SPEC_HASH)
+                .map(String::as_str),
+            g["renderedPodTemplateSpecHashAnnotation"].as_str(),
+            "{name}"
+        );
+        if wd.spec.deployment.is_some() {
+            assert_eq!(json(&spec.strategy), g["renderedStrategy"], "{name}");
+        }
+    }
+    assert_eq!(seen, 3);
+}

@@ -160,7 +160,7 @@ pub fn failure_reason(reason: &str) -> &'static str {
 /// The progress deadline of `wd`; None when it has none (0 or less).
 pub fn deadline(wd: &WorkerDeployment) -> Option<Duration> {
     wd.spec
-        .progress_deadline_seconds
+        .rollout_deadline_seconds()
         .and_then(|s| u64::try_from(s).ok())
         .filter(|s| *s > 0)
         .map(Duration::from_secs)
@@ -264,7 +264,8 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         .as_ref()
         .filter(|a| a.verdict == AnalysisVerdict::Running)
         .map(|_| now + ANALYSIS_EVERY);
-    let stopped = d.is_some_and(|d| d.spec_replicas == Some(0)) && wd.spec.replicas == Some(0);
+    let stopped =
+        d.is_some_and(|d| d.spec_replicas == Some(0)) && wd.spec.desired_replicas() == Some(0);
     let mut deadline_at = None;
     let found = if carried.is_some() {
         None

@@ -19,7 +19,7 @@ mod sunset;
 use std::collections::BTreeMap;
 use std::time::SystemTime;
 
-use k8s_openapi::api::apps::v1::{Deployment, DeploymentStrategy};
+use k8s_openapi::api::apps::v1::Deployment;
 use twc_api::{ConnectionSpec, RolloutStrategyKind, VersionStatus, WorkerDeployment};
 
 use crate::config::{Identity, Limits};
@@ -145,9 +145,9 @@ pub struct Plan {
     /// Superseded versions that never served to retire (TWC's rule): the Temporal version is
     /// deleted first (without skipping drainage), then its Deployment.
     pub retire: Vec<String>,
-    /// (Deployment name, strategy): versions whose Deployment's `spec.strategy` differs from
-    /// `spec.deploymentStrategy` (with `apps/v1`'s defaults); patched in place, no pod rolls.
-    pub restrategy: Vec<(String, DeploymentStrategy)>,
+    /// (Deployment name, change): versions whose Deployment-level settings (strategy,
+    /// minReadySeconds, ...) differ from the spec's; patched in place, no pod rolls.
+    pub settings: Vec<(String, deployment::SettingsChange)>,
     /// Credential digests to record, and restarts for changed credential Secrets.
     pub credentials: Vec<CredentialsWrite>,
     /// Restarts for changed credential Secrets this plan holds back (the current and target
@@ -218,7 +218,7 @@ pub(crate) fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatu
 /// [`target`] for the one that accounts for the running Deployments).
 pub fn target_build_id(wd: &WorkerDeployment) -> String {
     build_id::build_id_with(
-        &wd.spec.template,
+        wd.spec.pod_template(),
         wd.spec.worker_options.unsafe_custom_build_id.as_deref(),
         recorded_collisions(wd),
     )
@@ -245,10 +245,10 @@ pub fn target(
 ) -> (String, u32) {
     let custom = wd.spec.worker_options.unsafe_custom_build_id.as_deref();
     let recorded = recorded_collisions(wd);
-    let digest = build_id::template_digest(&wd.spec.template);
+    let digest = build_id::template_digest(wd.spec.pod_template());
     let mut count = recorded;
     loop {
-        let build = build_id::build_id_with(&wd.spec.template, custom, count);
+        let build = build_id::build_id_with(wd.spec.pod_template(), custom, count);
         let taken = custom.is_none()
             && deployments.get(&build).is_some_and(|d| {
                 d.template_digest
@@ -290,7 +290,7 @@ pub fn plan_with(
     let replicas = if observed.autoscaled {
         None
     } else {
-        wd.spec.replicas
+        wd.spec.desired_replicas()
     };
     let desired_conn = deployment::PodConnection::of(conn);
 
@@ -306,7 +306,7 @@ pub fn plan_with(
     scale_and_sunset(wd, observed, &target, replicas, &desired_conn, &mut plan);
     reconnect_older_versions(observed, &target, &desired_conn, &mut plan);
     delete_drained_versions(observed, &target, &mut plan);
-    plan.restrategy = deployment::strategy_changes(wd, observed, |name| {
+    plan.settings = deployment::settings_changes(wd, observed, |name| {
         plan.delete_deployments.iter().any(|n| n == name)
             || plan
                 .apply
@@ -355,7 +355,7 @@ fn target_deployment(
     {
         s.replicas = None;
     }
-    let desired_digest = build_id::template_digest(&spec.template);
+    let desired_digest = build_id::template_digest(spec.pod_template());
     match observed.deployments.get(target) {
         None => {
             let undeletable = undeletable_versions(observed, target);

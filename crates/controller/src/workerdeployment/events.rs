@@ -52,10 +52,26 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 "DeploymentCreated",
                 format!("created Deployment {deployment} for buildID {target}"),
             )),
-            Done::Restrategized { deployment } => Some(normal(
-                "DeploymentStrategyApplied",
-                format!("set the strategy of Deployment {deployment} to spec.deploymentStrategy"),
-            )),
+            Done::Resettled { deployment, fields } => {
+                let from = if wd.spec.deployment.is_some() {
+                    "spec.deployment"
+                } else {
+                    "spec.deploymentStrategy"
+                };
+                // The reason TWC-era dashboards know when only the strategy changed.
+                let reason = if fields == &["strategy"] {
+                    "DeploymentStrategyApplied"
+                } else {
+                    "DeploymentSettingsApplied"
+                };
+                Some(normal(
+                    reason,
+                    format!(
+                        "set {} of Deployment {deployment} from {from}",
+                        fields.join(", ")
+                    ),
+                ))
+            }
             Done::Reconnected { deployment, build } => Some(normal(
                 "DeploymentReconnected",
                 format!(

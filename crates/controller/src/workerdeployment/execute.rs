@@ -39,9 +39,11 @@ pub enum Done {
         deployment: String,
         replicas: i32,
     },
-    /// A Deployment's `spec.strategy` was set to `spec.deploymentStrategy`.
-    Restrategized {
+    /// A Deployment's Deployment-level settings were set to the spec's: `fields` names them
+    /// (`strategy`, `minReadySeconds`, ...).
+    Resettled {
         deployment: String,
+        fields: Vec<&'static str>,
     },
     DeletedDeployment {
         deployment: String,
@@ -212,24 +214,48 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             ),
         }
     }
-    for (name, strategy) in &plan.restrategy {
-        // A merge patch replaces what it names: `rollingUpdate: null` takes a rolling update's
-        // settings away when the strategy becomes Recreate (apps/v1 refuses both at once).
-        let body = serde_json::json!({"spec": {"strategy": {
-            "type": strategy.type_,
-            "rollingUpdate": strategy.rolling_update,
-        }}});
+    for (name, change) in &plan.settings {
+        let mut spec = serde_json::Map::new();
+        if let Some(strategy) = &change.strategy {
+            // A merge patch replaces what it names: `rollingUpdate: null` takes a rolling
+            // update's settings away when the strategy becomes Recreate (apps/v1 refuses both
+            // at once).
+            spec.insert(
+                "strategy".into(),
+                serde_json::json!({"type": strategy.type_, "rollingUpdate": strategy.rolling_update}),
+            );
+        }
+        for (field, value) in [
+            ("minReadySeconds", change.min_ready_seconds),
+            ("progressDeadlineSeconds", change.progress_deadline_seconds),
+            ("revisionHistoryLimit", change.revision_history_limit),
+        ] {
+            if let Some(v) = value {
+                spec.insert(field.into(), v.into());
+            }
+        }
+        let fields: Vec<&'static str> = [
+            "strategy",
+            "minReadySeconds",
+            "progressDeadlineSeconds",
+            "revisionHistoryLimit",
+        ]
+        .into_iter()
+        .filter(|f| spec.contains_key(*f))
+        .collect();
+        let body = serde_json::json!({ "spec": spec });
         match deployments
             .patch(name, &PatchParams::default(), &Patch::Merge(body))
             .await
         {
-            Ok(_) => applied.done.push(Done::Restrategized {
+            Ok(_) => applied.done.push(Done::Resettled {
                 deployment: name.clone(),
+                fields,
             }),
             Err(kube::Error::Api(s)) if s.code == 404 => {}
             Err(e) => {
                 return Err(Error::kube_write(
-                    format!("set the strategy of Deployment {ns}/{name}"),
+                    format!("set the strategy and settings of Deployment {ns}/{name}"),
                     &e,
                 ));
             }

@@ -223,7 +223,7 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             Done::Created { .. }
             | Done::Applied { .. }
             | Done::Reconnected { .. }
-            | Done::Restrategized { .. }
+            | Done::Resettled { .. }
             | Done::Scaled { .. }
             | Done::GateStartFailed { .. } => {}
         }

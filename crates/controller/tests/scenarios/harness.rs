@@ -180,7 +180,7 @@ impl Scenario {
     pub fn target_build_id(&self) -> String {
         let wd = self.created();
         build_id::build_id(
-            &wd.spec.template,
+            wd.spec.pod_template(),
             wd.spec.worker_options.unsafe_custom_build_id.as_deref(),
         )
     }

@@ -283,6 +283,90 @@ pub async fn deployment_strategy_reaches_every_version(w: &'static World) {
     assert_eq!(owned, 2, "a strategy change makes no new version");
 }
 
+/// TWC's newer form (`spec.deployment`, its PR #564): a WorkerDeployment moved from
+/// `spec.template` to `spec.deployment` with the same pod keeps its version and its pods (the
+/// Deployment gets the new settings, its pod template stays as it was), and a new template in
+/// the new form rolls out as before.
+pub async fn spec_deployment_takes_over_from_spec_template_without_a_new_version(
+    w: &'static World,
+) {
+    use crate::common::from_json;
+    use kube::api::{Patch, PatchParams};
+    use twc_controller::plan::build_id;
+    let mut s = Scenario::new(w, "spec-deployment").await;
+    let spec = s.spec(all_at_once(), &image("v1.0"));
+    let template = spec["template"].clone();
+    let v1 = s.start(spec).await;
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    let name = s.deployment_of(&v1);
+    let before = s
+        .deployments()
+        .get(&name)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let patch = |body: Value| {
+        let wds = s.wds();
+        let name = s.name.clone();
+        async move {
+            wds.patch(&name, &PatchParams::default(), &Patch::Merge(body))
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+        }
+    };
+    patch(
+        json!({"spec": {"template": null, "replicas": null, "deployment": {
+        "replicas": 2, "minReadySeconds": 1, "progressDeadlineSeconds": 300,
+        "revisionHistoryLimit": 2, "template": template}}}),
+    )
+    .await;
+    s.wait_replicas(&v1, 2).await;
+    let api = s.deployments();
+    let after = twc_testenv::wait_for(
+        &format!("{name} with spec.deployment's settings"),
+        WAIT,
+        || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let d = api.get(&name).await.map_err(|e| e.to_string())?;
+                let spec = d.spec.clone().unwrap_or_default();
+                let have = (
+                    spec.min_ready_seconds,
+                    spec.progress_deadline_seconds,
+                    spec.revision_history_limit,
+                );
+                if have == (Some(1), Some(300), Some(2)) {
+                    Ok(d)
+                } else {
+                    Err(format!("{have:?}"))
+                }
+            }
+        },
+    )
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        after.spec.as_ref().map(|s| &s.template),
+        before.spec.as_ref().map(|s| &s.template),
+        "the same pods: no pod restarted"
+    );
+    s.wait_status(&Expect::target(&v1, Current).current(&v1))
+        .await;
+    // A new pod template in the new form is a new version, rolled out as before.
+    let mut v2_template = template.clone();
+    v2_template["spec"]["containers"][0]["image"] = json!(image("v2.0"));
+    patch(json!({"spec": {"deployment": {"template": v2_template.clone()}}})).await;
+    let v2 = build_id::build_id(&from_json(v2_template), None);
+    assert_ne!(v2, v1);
+    s.wait_status(
+        &Expect::target(&v2, Current)
+            .current(&v2)
+            .deprecated(&v1, Drained),
+    )
+    .await;
+    s.wait_replicas(&v2, 2).await;
+}
+
 /// TWC #577: a version superseded before it served is retired once scaled down, but not while
 /// a workflow runs on it (here one pinned to it by a versioning override). Once that workflow
 /// ends, the version goes, from Kubernetes and from Temporal.

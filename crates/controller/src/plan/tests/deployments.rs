@@ -285,17 +285,17 @@ fn the_deployment_strategy_is_set_on_every_version_that_differs() {
             .build()
     };
     let names = |p: &Plan| {
-        let mut n: Vec<String> = p.restrategy.iter().map(|(n, _)| n.clone()).collect();
+        let mut n: Vec<String> = p.settings.iter().map(|(n, _)| n.clone()).collect();
         n.sort();
         n
     };
-    assert!(plan(&wd, &conn(), &me(), &world(&wd)).restrategy.is_empty());
+    assert!(plan(&wd, &conn(), &me(), &world(&wd)).settings.is_empty());
     // Kubernetes' default written out is no change.
     wd.spec.deployment_strategy = Some(DeploymentStrategy {
         type_: Some("RollingUpdate".into()),
         rolling_update: None,
     });
-    assert!(plan(&wd, &conn(), &me(), &world(&wd)).restrategy.is_empty());
+    assert!(plan(&wd, &conn(), &me(), &world(&wd)).settings.is_empty());
     wd.spec.deployment_strategy = Some(DeploymentStrategy {
         type_: None,
         rolling_update: Some(RollingUpdateDeployment {
@@ -309,13 +309,68 @@ fn the_deployment_strategy_is_set_on_every_version_that_differs() {
     expected.sort();
     assert_eq!(names(&p), expected, "the one being deleted is left alone");
     assert!(p.delete_deployments.contains(&name("gone")));
-    let (_, set) = &p.restrategy[0];
+    let (_, set) = &p.settings[0];
     assert_eq!(
-        set.rolling_update
+        set.strategy
             .as_ref()
+            .and_then(|s| s.rolling_update.as_ref())
             .and_then(|r| r.max_surge.clone()),
         Some(IntOrString::String("25%".into())),
         "filled with the default"
+    );
+}
+
+/// `spec.deployment`'s Deployment-level settings reach every version's Deployment (no pod
+/// rolls); the deprecated `spec.minReadySeconds` keeps TWC's rule (set when a Deployment is
+/// made, never patched after).
+#[test]
+fn spec_deployment_settings_reach_every_version() {
+    use VersionStatus::{Current, Draining};
+    let mut wd = wd("AllAtOnce", "w:v2");
+    let target = target_of(&wd);
+    let world = |wd: &WorkerDeployment| {
+        world(wd)
+            .deployment(&target, Some(1))
+            .version(&target, Current)
+            .current(&target)
+            .deployment("draining", Some(1))
+            .version("draining", Draining)
+            .build()
+    };
+    wd.spec.min_ready_seconds = 9;
+    assert!(plan(&wd, &conn(), &me(), &world(&wd)).settings.is_empty());
+    let template = std::mem::take(&mut wd.spec.template);
+    wd.spec.deployment = Some(twc_api::VersionedDeploymentSpec {
+        template,
+        replicas: Some(1),
+        min_ready_seconds: Some(5),
+        progress_deadline_seconds: Some(600),
+        ..Default::default()
+    });
+    assert_eq!(target_of(&wd), target, "the same pods, the same version");
+    let p = plan(&wd, &conn(), &me(), &world(&wd));
+    let mut changes: Vec<(String, Option<i32>, Option<i32>, bool)> = p
+        .settings
+        .iter()
+        .map(|(n, c)| {
+            (
+                n.clone(),
+                c.min_ready_seconds,
+                c.progress_deadline_seconds,
+                c.strategy.is_some(),
+            )
+        })
+        .collect();
+    changes.sort();
+    let name = |b: &str| build_id::deployment_name("w", b);
+    let mut expected = vec![
+        (name(&target), Some(5), None, false),
+        (name("draining"), Some(5), None, false),
+    ];
+    expected.sort();
+    assert_eq!(
+        changes, expected,
+        "only what differs: the deadline is already 600 and the strategy apps/v1's"
     );
 }
 

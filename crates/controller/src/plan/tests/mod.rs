@@ -50,7 +50,7 @@ fn conn() -> ConnectionSpec {
 }
 
 fn target_of(wd: &WorkerDeployment) -> String {
-    build_id::build_id(&wd.spec.template, None)
+    build_id::build_id(wd.spec.pod_template(), None)
 }
 
 /// What the planner sees, built up as a scenario:
@@ -68,7 +68,7 @@ struct World {
 fn world(wd: &WorkerDeployment) -> World {
     World {
         observed: Observed::at(t(0)),
-        template_digest: build_id::template_digest(&wd.spec.template),
+        template_digest: build_id::template_digest(wd.spec.pod_template()),
     }
 }
 
@@ -106,6 +106,9 @@ impl World {
             credentials_not_after: None,
             // As the apiserver stores a Deployment created without one.
             strategy: Some(twc_api::deployment_strategy::defaulted(&Default::default())),
+            min_ready_seconds: None,
+            progress_deadline_seconds: Some(600),
+            revision_history_limit: Some(10),
             uid: Some(format!("uid-{build}")),
             resource_version: Some("1".into()),
         };
