@@ -152,7 +152,7 @@ async fn the_admission_policy_refuses_templates_the_user_may_not_create() -> Tes
 }
 
 /// Applies every policy of `config/admission/` (as `kubectl apply -f config/admission/` does).
-async fn apply_admission_policies(admin: &Client) -> TestResult {
+pub(crate) async fn apply_admission_policies(admin: &Client) -> TestResult {
     use kube::api::{Patch, PatchParams};
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../config/admission");
     for entry in std::fs::read_dir(dir)? {

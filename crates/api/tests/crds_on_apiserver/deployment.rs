@@ -101,3 +101,86 @@ async fn spec_deployment_is_refused_only_where_a_rule_says_why() -> TestResult {
 
     Ok(())
 }
+
+/// `config/admission/workerdeployment-field-warnings.yaml`: `kubectl apply` warns (never
+/// refuses) where TWC's webhook warns: a deprecated field set, a field ignored beside
+/// `spec.deployment`, the selector the controller computes. A value at its default is not warned
+/// about, and a manifest in the new form alone hears nothing.
+#[tokio::test]
+async fn kubectl_apply_warns_about_deprecated_and_ignored_fields() -> TestResult {
+    let (env, admin) = setup().await?;
+    crate::admission::apply_admission_policies(&admin).await?;
+    let ns = env.namespace("warnings").await?;
+    let kubeconfig = env.control_plane.kubeconfig_path.clone();
+    // kubectl apply's stderr (its warnings); the object must be accepted.
+    let apply = |name: &str, spec: Value| -> Result<String, Box<dyn std::error::Error>> {
+        let mut wd = minimal_wd(name);
+        wd["metadata"]["namespace"] = json!(ns);
+        wd["spec"] = spec;
+        let mut child = std::process::Command::new(twc_testenv::paths::kubectl())
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()?;
+        if let Some(mut stdin) = child.stdin.take() {
+            std::io::Write::write_all(&mut stdin, &serde_json::to_vec(&wd)?)?;
+        }
+        let out = child.wait_with_output()?;
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        if !out.status.success() {
+            return Err(format!("kubectl apply {name}: {stderr}").into());
+        }
+        Ok(stderr)
+    };
+    let base = minimal_wd("x")["spec"].clone();
+    let pod = base["template"].clone();
+    let mut old = base.clone();
+    old["replicas"] = json!(2);
+    old["minReadySeconds"] = json!(5);
+    // The policy takes a moment to be enforced after it is created.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let warned = loop {
+        let out = apply("old", old.clone())?;
+        if out.contains("Warning") || std::time::Instant::now() > deadline {
+            break out;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    };
+    assert!(
+        warned.contains("spec.replicas is deprecated; use spec.deployment.replicas instead"),
+        "{warned}"
+    );
+    assert!(
+        warned.contains(
+            "spec.minReadySeconds is deprecated; use spec.deployment.minReadySeconds instead"
+        ),
+        "{warned}"
+    );
+    assert!(
+        !warned.contains("progressDeadlineSeconds"),
+        "the default: {warned}"
+    );
+
+    let mut new = base.clone();
+    if let Some(spec) = new.as_object_mut() {
+        spec.remove("template");
+        spec.remove("replicas");
+    }
+    new["deployment"] = json!({"replicas": 2, "template": pod});
+    let quiet = apply("new", new.clone())?;
+    assert!(!quiet.contains("Warning"), "{quiet}");
+
+    new["replicas"] = json!(3);
+    new["deployment"]["selector"] = json!({"matchLabels": {"app": "x"}});
+    let mixed = apply("mixed", new)?;
+    for expected in [
+        "spec.replicas is ignored with spec.deployment; set spec.deployment.replicas instead",
+        "spec.deployment.selector is ignored; the controller computes each versioned Deployment's selector",
+    ] {
+        assert!(mixed.contains(expected), "{expected}: {mixed}");
+    }
+    Ok(())
+}
