@@ -16,11 +16,3 @@ pub fn any_object(_: &mut SchemaGenerator) -> Schema {
 pub fn bytes(_: &mut SchemaGenerator) -> Schema {
     json_schema!({ "type": "string", "format": "byte" })
 }
-
-/// A list of JSON objects, each kept as given.
-pub fn any_objects(_: &mut SchemaGenerator) -> Schema {
-    json_schema!({
-        "type": "array",
-        "items": { "type": "object", "x-kubernetes-preserve-unknown-fields": true }
-    })
-}

@@ -7,12 +7,14 @@ pub mod deployment_strategy;
 mod rollout;
 mod status;
 mod validate;
+mod worker_groups;
 
 pub use connection_ref::*;
 pub use deployment_spec::*;
 pub use rollout::*;
 pub use status::*;
 pub use validate::*;
+pub use worker_groups::*;
 
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::{CustomResource, KubeSchema};
@@ -122,12 +124,16 @@ pub struct WorkerDeploymentSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<VersionedDeploymentSpec>,
 
-    /// Not supported yet: TWC's several pod templates per version. Refused rather than
-    /// dropped; run one WorkerDeployment per group of workers.
+    /// Several groups of workers per version (TWC's worker groups): each version runs one
+    /// Deployment per group, all under one build ID, rolled out, ramped and retired together.
+    /// Not supported yet: refused (a rule) until the controller runs groups; run one
+    /// WorkerDeployment per group of workers meanwhile. 1 to 10 groups, names unique; not with
+    /// `deployment` or `template`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(schema_with = "crate::schema::any_objects")]
+    #[schemars(length(min = 1, max = 10))]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
     #[x_kube(validation = Rule::new("false").message("spec.workerGroups is not supported yet: run one WorkerDeployment per group of workers"))]
-    pub worker_groups: Option<serde_json::Value>,
+    pub worker_groups: Option<Vec<WorkerGroup>>,
 
     /// How new workflow executions move to the target version.
     pub rollout: RolloutStrategy,

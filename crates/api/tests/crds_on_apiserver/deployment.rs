@@ -69,12 +69,71 @@ async fn spec_deployment_is_refused_only_where_a_rule_says_why() -> TestResult {
             "deployment.strategy: maxUnavailable and maxSurge are a number of pods",
         ),
         (
+            "spec.deployment: an amount longer than any count or percentage",
+            deployment(json!({"template": {}, "strategy": {
+                "rollingUpdate": {"maxSurge": "12345678901%"}}})),
+            "spec.deployment.strategy.rollingUpdate.maxSurge: Too long",
+        ),
+        (
             "spec.deployment: negative replicas",
             deployment(json!({"template": {}, "replicas": -1})),
             "spec.deployment.replicas",
         ),
     ];
     for (case, v, expected) in cases {
+        assert_rejected(&wds, case, v, expected).await;
+    }
+    // Worker groups: upstream's rules and limits (the groups themselves are refused until the
+    // controller runs them, with their own message, checked in cel.rs).
+    let group = |name: &str| json!({"name": name, "deployment": {"template": {}}});
+    let groups = |list: Value| {
+        let mut v = minimal_wd("groups");
+        if let Some(spec) = v["spec"].as_object_mut() {
+            spec.remove("template");
+            spec.insert("workerGroups".into(), list);
+        }
+        v
+    };
+    let group_cases: Vec<(&str, Value, &str)> = vec![
+        (
+            "a group named default",
+            groups(json!([group("default")])),
+            "group name default is reserved",
+        ),
+        (
+            "groups beside a template",
+            set(groups(json!([group("a")])), "spec/template", json!({})),
+            "workerGroups cannot be combined with deployment or template",
+        ),
+        (
+            "eleven groups",
+            groups(Value::Array(
+                (0..11).map(|i| group(&format!("g{i}"))).collect(),
+            )),
+            "spec.workerGroups: Too many",
+        ),
+        (
+            "two groups of one name",
+            groups(json!([group("a"), group("a")])),
+            "spec.workerGroups[1]: Duplicate value",
+        ),
+        (
+            "a group name that is not a DNS label",
+            groups(json!([group("Workflows")])),
+            "spec.workerGroups[0].name",
+        ),
+        (
+            "a group name longer than 24",
+            groups(json!([group(&"g".repeat(25))])),
+            "spec.workerGroups[0].name",
+        ),
+        (
+            "a group without its deployment",
+            groups(json!([{"name": "a"}])),
+            "spec.workerGroups[0].deployment: Required value",
+        ),
+    ];
+    for (case, v, expected) in group_cases {
         assert_rejected(&wds, case, v, expected).await;
     }
     // A DeploymentSpec copied whole from a Deployment is taken as written (its selector is
