@@ -73,6 +73,9 @@ pub mod labels {
     pub const BUILD_ID: &str = "temporal.io/build-id";
     /// On versioned Deployments and their pods: the WorkerDeployment's name.
     pub const DEPLOYMENT_NAME: &str = "temporal.io/deployment-name";
+    /// On a grouped version's Deployments and their pods: the worker group's name (upstream's
+    /// `WorkerGroupLabel`); a Deployment without it is the `default` group.
+    pub const WORKER_GROUP: &str = "temporal.io/worker-group";
     /// Pod annotation: hash of the connection settings the pods were built with.
     pub const CONNECTION_SPEC_HASH: &str = "temporal.io/connection-spec-hash";
     /// Pod annotation: hash of the user's pod template.

@@ -130,8 +130,19 @@ impl WorkerDeploymentSpec {
     }
 
     /// The rollout's progress deadline in seconds (0 or less, only possible with the
-    /// deprecated field: none).
+    /// deprecated field: none). With worker groups, the longest of the groups'.
     pub fn rollout_deadline_seconds(&self) -> Option<i32> {
+        if self.has_worker_groups() {
+            return self
+                .sorted_worker_groups()
+                .iter()
+                .map(|g| {
+                    g.deployment
+                        .progress_deadline_seconds
+                        .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS)
+                })
+                .max();
+        }
         match &self.deployment {
             Some(d) => Some(
                 d.progress_deadline_seconds

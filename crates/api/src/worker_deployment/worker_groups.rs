@@ -2,10 +2,16 @@
 //! Deployments per version (a workflow worker, an activity worker on GPUs), rolled out, ramped
 //! and retired as one version with one build ID.
 
+use k8s_openapi::api::apps::v1::DeploymentStrategy;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::KubeSchema;
 use serde::{Deserialize, Serialize};
 
 use super::VersionedDeploymentSpec;
+
+/// The group of a WorkerDeployment without groups (and of a Deployment without the group
+/// label), as upstream names it.
+pub const DEFAULT_GROUP: &str = "default";
 
 /// The most groups a WorkerDeployment may have (upstream's `MaxItems`).
 pub const MAX_WORKER_GROUPS: usize = 10;
@@ -31,7 +37,55 @@ pub struct WorkerGroup {
     pub deployment: VersionedDeploymentSpec,
 }
 
+/// One group's Deployment as every version renders it, read from whichever form the spec uses:
+/// a WorkerDeployment without groups has one, [`DEFAULT_GROUP`], made of `spec.deployment` or
+/// the deprecated fields.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupView<'a> {
+    /// The group's name ([`DEFAULT_GROUP`] without groups).
+    pub name: &'a str,
+    pub template: &'a PodTemplateSpec,
+    /// None: an autoscaler owns the count.
+    pub replicas: Option<i32>,
+    pub min_ready_seconds: i32,
+    /// The Deployment's own `progressDeadlineSeconds` (None: Kubernetes' default).
+    pub progress_deadline_seconds: Option<i32>,
+    pub revision_history_limit: Option<i32>,
+    /// With `apps/v1`'s defaults filled; None: each Deployment keeps its own.
+    pub strategy: Option<DeploymentStrategy>,
+}
+
 impl super::WorkerDeploymentSpec {
+    /// Every group's Deployment settings, sorted by group name; one ([`DEFAULT_GROUP`]) for a
+    /// WorkerDeployment without groups.
+    pub fn group_views(&self) -> Vec<GroupView<'_>> {
+        if !self.has_worker_groups() {
+            return vec![GroupView {
+                name: DEFAULT_GROUP,
+                template: self.pod_template(),
+                replicas: self.desired_replicas(),
+                min_ready_seconds: self.min_ready(),
+                progress_deadline_seconds: self.versioned_progress_deadline_seconds(),
+                revision_history_limit: self.revision_history_limit(),
+                strategy: self.versioned_strategy(),
+            }];
+        }
+        self.sorted_worker_groups()
+            .into_iter()
+            .map(|g| GroupView {
+                name: &g.name,
+                template: &g.deployment.template,
+                replicas: g.deployment.replicas,
+                min_ready_seconds: g.deployment.min_ready_seconds.unwrap_or(0),
+                progress_deadline_seconds: g.deployment.progress_deadline_seconds,
+                revision_history_limit: g.deployment.revision_history_limit,
+                strategy: Some(super::deployment_strategy::defaulted(
+                    &g.deployment.strategy.clone().unwrap_or_default(),
+                )),
+            })
+            .collect()
+    }
+
     /// Whether the WorkerDeployment runs worker groups.
     pub fn has_worker_groups(&self) -> bool {
         self.worker_groups.as_ref().is_some_and(|g| !g.is_empty())

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta, OwnerReference};
 use kube::{Resource, ResourceExt};
 use sha2::{Digest, Sha256};
-use twc_api::{AuthMode, ConnectionSpec, WorkerDeployment, labels};
+use twc_api::{AuthMode, ConnectionSpec, GroupView, WorkerDeployment, labels};
 
 use super::build_id::{deployment_name, template_digest, temporal_deployment_name};
 
@@ -251,22 +251,24 @@ const TWC_INJECTED_ENV: [&str; 9] = [
     "TEMPORAL_API_KEY",
 ];
 
-/// The pod template of a version (the user's template with the injections, labels and hash
-/// annotations, field for field what TWC renders) and the [`INJECTED_ENV`] record of it.
+/// The pod template of a version's group (the user's template with the injections, labels and
+/// hash annotations, field for field what TWC renders) and the [`INJECTED_ENV`] record of it.
 fn pod_template(
     wd: &WorkerDeployment,
+    group: &GroupView,
+    selector: &BTreeMap<String, String>,
     build_id: &str,
     conn: &ConnectionSpec,
 ) -> (PodTemplateSpec, String) {
-    let mut template = wd.spec.pod_template().clone();
+    let mut template = group.template.clone();
     let meta = template.metadata.get_or_insert_with(Default::default);
     let labels = meta.labels.get_or_insert_with(Default::default);
-    labels.extend(selector_labels(&wd.name_any(), build_id));
+    labels.extend(selector.clone());
     meta.annotations
         .get_or_insert_with(Default::default)
         .insert(
             labels::POD_TEMPLATE_SPEC_HASH.into(),
-            template_digest(wd.spec.pod_template()),
+            template_digest(group.template),
         );
     let record = inject(&mut template, wd, build_id, conn);
     (template, record)
@@ -347,24 +349,64 @@ pub fn reconnected(
     Some(d)
 }
 
-/// The full versioned Deployment for server-side apply.
+/// The full versioned Deployment for server-side apply, of a WorkerDeployment without groups
+/// (with groups: the first group's; see [`versioned_deployments`]).
 pub fn versioned_deployment(
     wd: &WorkerDeployment,
     build_id: &str,
     conn: &ConnectionSpec,
 ) -> Deployment {
-    let name = deployment_name(&wd.name_any(), build_id);
-    let selector = selector_labels(&wd.name_any(), build_id);
+    let groups = wd.spec.group_views();
+    match groups.first() {
+        Some(group) => group_deployment(wd, group, build_id, conn),
+        None => Deployment::default(),
+    }
+}
+
+/// Every Deployment of version `build_id`, one per worker group in the groups' order (one for
+/// a WorkerDeployment without groups).
+pub fn versioned_deployments(
+    wd: &WorkerDeployment,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> Vec<Deployment> {
+    wd.spec
+        .group_views()
+        .iter()
+        .map(|g| group_deployment(wd, g, build_id, conn))
+        .collect()
+}
+
+/// The Deployment of `group` in version `build_id`: without groups, TWC's name and selector
+/// (`<wd>-<build ID>`); with them, upstream's per-group name and a selector with the group
+/// label, so no two selectors of a version overlap.
+pub fn group_deployment(
+    wd: &WorkerDeployment,
+    group: &GroupView,
+    build_id: &str,
+    conn: &ConnectionSpec,
+) -> Deployment {
+    let wd_name = wd.name_any();
+    let (name, selector) = if wd.spec.has_worker_groups() {
+        (
+            super::group_ids::deployment_name(&wd_name, group.name, build_id),
+            super::group_ids::selector_labels(&wd_name, group.name, build_id),
+        )
+    } else {
+        (
+            deployment_name(&wd_name, build_id),
+            selector_labels(&wd_name, build_id),
+        )
+    };
     let owner = wd.controller_owner_ref(&()).map(|mut o: OwnerReference| {
         o.block_owner_deletion = Some(true);
         o
     });
-    let (template, record) = pod_template(wd, build_id, conn);
+    let (template, record) = pod_template(wd, group, &selector, build_id, conn);
     // TWC's Deployment annotations are the template's; ours adds the record of what was
     // injected (metadata only: it never rolls a pod).
-    let mut annotations = wd
-        .spec
-        .pod_template()
+    let mut annotations = group
+        .template
         .metadata
         .as_ref()
         .and_then(|m| m.annotations.clone())
@@ -380,14 +422,14 @@ pub fn versioned_deployment(
             ..Default::default()
         },
         spec: Some(DeploymentSpec {
-            replicas: wd.spec.desired_replicas(),
-            min_ready_seconds: Some(wd.spec.min_ready()),
+            replicas: group.replicas,
+            min_ready_seconds: Some(group.min_ready_seconds),
             // With TWC's defaults filled (RollingUpdate, 25 % / 25 %); omitted, Kubernetes'.
-            strategy: wd.spec.versioned_strategy(),
+            strategy: group.strategy.clone(),
             // Only `spec.deployment`'s reach the Deployment (the top-level deadline is the
             // rollout's alone, as before it).
-            progress_deadline_seconds: wd.spec.versioned_progress_deadline_seconds(),
-            revision_history_limit: wd.spec.revision_history_limit(),
+            progress_deadline_seconds: group.progress_deadline_seconds,
+            revision_history_limit: group.revision_history_limit,
             selector: LabelSelector {
                 match_labels: Some(selector),
                 ..Default::default()

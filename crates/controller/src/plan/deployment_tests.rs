@@ -461,12 +461,12 @@ fn spec_deployment_renders_the_same_pods_with_its_deployment_settings() {
     );
 }
 
-/// Upstream's own rendering of a WorkerDeployment without groups, in either form
-/// (`twc-group-build-ids.json`, cases without `workerGroups`): name, labels, selector, replicas,
-/// pod labels and the template digest; with `spec.deployment`, also its defaulted strategy
-/// (with `spec.template` Kubernetes fills the same one on creation).
+/// Upstream's own rendering (`twc-group-build-ids.json`, 16 WorkerDeployments, with and
+/// without groups, in either form): the build ID, each Deployment's name, labels, selector,
+/// replicas, pod labels, template digest and strategy (with the deprecated `spec.template`,
+/// where we leave the strategy to Kubernetes, it fills the same one on creation).
 #[test]
-fn renders_upstreams_deployments_without_groups() {
+fn renders_upstreams_deployments() {
     let golden: serde_json::Value = serde_json::from_str(include_str!(
         "../../../gocompat/tests/data/twc-group-build-ids.json"
     ))
@@ -474,12 +474,8 @@ fn renders_upstreams_deployments_without_groups() {
     fn json<T: serde::Serialize>(v: &T) -> serde_json::Value {
         serde_json::to_value(v).unwrap_or_default()
     }
-    let mut seen = 0;
+    let mut seen = (0, 0);
     for case in golden["cases"].as_array().into_iter().flatten() {
-        if case["hasWorkerGroups"] != false {
-            continue;
-        }
-        seen += 1;
         let input = &case["input"];
         let name = input["name"].as_str().unwrap_or_default();
         let mut spec = input["spec"].clone();
@@ -491,31 +487,41 @@ fn renders_upstreams_deployments_without_groups() {
         }))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         let build = crate::plan::target_build_id(&wd);
-        assert_eq!(
-            build,
-            case["buildID"].as_str().unwrap_or_default(),
-            "{name}"
-        );
-        let d = versioned_deployment(&wd, &build, &ConnectionSpec::default());
-        let g = &case["groups"][0];
-        assert_eq!(json(&d.metadata.name), g["renderedName"], "{name}");
-        assert_eq!(json(&d.metadata.labels), g["renderedLabels"], "{name}");
-        let spec = d.spec.unwrap_or_default();
-        assert_eq!(json(&spec.selector), g["renderedSelector"], "{name}");
-        assert_eq!(json(&spec.replicas), g["renderedReplicas"], "{name}");
-        let meta = spec.template.metadata.unwrap_or_default();
-        assert_eq!(json(&meta.labels), g["renderedPodLabels"], "{name}");
-        assert_eq!(
-            meta.annotations
-                .unwrap_or_default()
-                .get(labels::POD_TEMPLATE_SPEC_HASH)
-                .map(String::as_str),
-            g["renderedPodTemplateSpecHashAnnotation"].as_str(),
-            "{name}"
-        );
-        if wd.spec.deployment.is_some() {
-            assert_eq!(json(&spec.strategy), g["renderedStrategy"], "{name}");
+        assert_eq!(build, case["buildID"].as_str().unwrap_or_default(), "{name}");
+        let rendered = versioned_deployments(&wd, &build, &ConnectionSpec::default());
+        let expected = case["groups"].as_array().cloned().unwrap_or_default();
+        assert_eq!(rendered.len(), expected.len(), "{name}");
+        let grouped = wd.spec.has_worker_groups();
+        if grouped {
+            seen.1 += 1;
+        } else {
+            seen.0 += 1;
+        }
+        for g in &expected {
+            let group = g["group"].as_str().unwrap_or_default();
+            let what = format!("{name} {group}");
+            let d = rendered
+                .iter()
+                .find(|d| json(&d.metadata.name) == g["renderedName"])
+                .unwrap_or_else(|| panic!("{what}: no Deployment {}", g["renderedName"]));
+            assert_eq!(json(&d.metadata.labels), g["renderedLabels"], "{what}");
+            let spec = d.spec.clone().unwrap_or_default();
+            assert_eq!(json(&spec.selector), g["renderedSelector"], "{what}");
+            assert_eq!(json(&spec.replicas), g["renderedReplicas"], "{what}");
+            let meta = spec.template.metadata.unwrap_or_default();
+            assert_eq!(json(&meta.labels), g["renderedPodLabels"], "{what}");
+            assert_eq!(
+                meta.annotations
+                    .unwrap_or_default()
+                    .get(labels::POD_TEMPLATE_SPEC_HASH)
+                    .map(String::as_str),
+                g["renderedPodTemplateSpecHashAnnotation"].as_str(),
+                "{what}"
+            );
+            if wd.spec.deployment.is_some() || grouped {
+                assert_eq!(json(&spec.strategy), g["renderedStrategy"], "{what}");
+            }
         }
     }
-    assert_eq!(seen, 3);
+    assert_eq!(seen, (3, 13));
 }

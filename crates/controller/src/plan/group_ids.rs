@@ -19,10 +19,8 @@ use sha2::{Digest, Sha256};
 
 use super::build_id::{custom_build_id, first_image, hash_input, hex, prefixed, truncate};
 
-/// The label a grouped version's Deployments and pods carry: the group's name.
-pub const WORKER_GROUP: &str = "temporal.io/worker-group";
-/// The group of a WorkerDeployment without groups (and of a Deployment without the label).
-pub const DEFAULT_GROUP: &str = "default";
+pub use twc_api::DEFAULT_GROUP;
+pub use twc_api::labels::WORKER_GROUP;
 /// How much of `<wd>-<group>-<build ID>` a group's Deployment name keeps before its hash.
 const NAME_PREFIX: usize = 38;
 

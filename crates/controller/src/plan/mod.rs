@@ -217,11 +217,20 @@ pub(crate) fn status_of(state: &DeploymentState, build_id: &str) -> VersionStatu
 /// The build ID the spec asks for, with the collision count recorded in the status (see
 /// [`target`] for the one that accounts for the running Deployments).
 pub fn target_build_id(wd: &WorkerDeployment) -> String {
-    build_id::build_id_with(
-        wd.spec.pod_template(),
-        wd.spec.worker_options.unsafe_custom_build_id.as_deref(),
-        recorded_collisions(wd),
-    )
+    build_id_with(wd, recorded_collisions(wd))
+}
+
+/// The build ID of `wd`'s spec with collision count `count`: over its pod template, or over
+/// every worker group's (upstream's build ID for groups).
+fn build_id_with(wd: &WorkerDeployment, count: u32) -> String {
+    let custom = wd.spec.worker_options.unsafe_custom_build_id.as_deref();
+    if wd.spec.has_worker_groups() {
+        let views = wd.spec.group_views();
+        let groups: Vec<(&str, &k8s_openapi::api::core::v1::PodTemplateSpec)> =
+            views.iter().map(|g| (g.name, g.template)).collect();
+        return group_ids::build_id(&groups, custom, count);
+    }
+    build_id::build_id_with(wd.spec.pod_template(), custom, count)
 }
 
 fn recorded_collisions(wd: &WorkerDeployment) -> u32 {
@@ -238,7 +247,8 @@ const MAX_NEW_COLLISIONS: u32 = 16;
 /// The target build ID and the collision count it was computed with. A build ID whose
 /// Deployment runs a different template (its `pod-template-spec-hash` differs) is taken: the
 /// count goes up until the build ID is free or runs this very template. A custom build ID is
-/// the user's word (a changed template re-applies its Deployment) and never collides.
+/// the user's word (a changed template re-applies its Deployment) and never collides, nor does
+/// a grouped one (10 hexadecimal digits of hash, where TWC's single template has 4).
 pub fn target(
     wd: &WorkerDeployment,
     deployments: &BTreeMap<String, ObservedDeployment>,
@@ -248,8 +258,9 @@ pub fn target(
     let digest = build_id::template_digest(wd.spec.pod_template());
     let mut count = recorded;
     loop {
-        let build = build_id::build_id_with(wd.spec.pod_template(), custom, count);
+        let build = build_id_with(wd, count);
         let taken = custom.is_none()
+            && !wd.spec.has_worker_groups()
             && deployments.get(&build).is_some_and(|d| {
                 d.template_digest
                     .as_deref()
