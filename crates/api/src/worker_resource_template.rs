@@ -56,6 +56,17 @@ pub struct WorkerResourceTemplateSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temporal_worker_deployment_ref: Option<WorkerDeploymentReference>,
 
+    /// The worker group whose Deployment in each version gets a copy (upstream's worker
+    /// groups): required when the WorkerDeployment has `workerGroups`; empty means `default`,
+    /// the one group of a WorkerDeployment without groups. A group the WorkerDeployment does
+    /// not have gives `Ready=False`, reason `WorkerGroupNotFound`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(
+        length(max = 24),
+        regex(pattern = "^([a-z0-9]([-a-z0-9]*[a-z0-9])?)?$")
+    )]
+    pub worker_group: Option<String>,
+
     /// The object to create per active build ID: `apiVersion`, `kind` and `spec`; the
     /// controller sets `metadata.name` and `metadata.namespace`. An empty `scaleTargetRef: {}`
     /// is filled with the versioned Deployment, an empty `matchLabels: {}` with its selector
@@ -65,6 +76,14 @@ pub struct WorkerResourceTemplateSpec {
 }
 
 impl WorkerResourceTemplateSpec {
+    /// The worker group the copies are for (`default` when not set).
+    pub fn effective_worker_group(&self) -> &str {
+        self.worker_group
+            .as_deref()
+            .filter(|g| !g.is_empty())
+            .unwrap_or(crate::DEFAULT_GROUP)
+    }
+
     /// The referenced WorkerDeployment's name, preferring the current field.
     pub fn worker_deployment_name(&self) -> Option<&str> {
         self.worker_deployment_ref

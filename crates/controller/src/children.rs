@@ -212,7 +212,9 @@ impl From<wire::Deployment> for CachedDeployment {
         // Of the labels only the build ID is read; the rest (the template's, copied to each
         // version) were half of what this cache held.
         if let Some(labels) = metadata.labels.as_mut() {
-            labels.retain(|k, _| k == twc_api::labels::BUILD_ID);
+            labels.retain(|k, _| {
+                k == twc_api::labels::BUILD_ID || k == twc_api::labels::WORKER_GROUP
+            });
         }
         let build_id = metadata
             .labels
@@ -220,9 +222,11 @@ impl From<wire::Deployment> for CachedDeployment {
             .and_then(|l| l.get(twc_api::labels::BUILD_ID))
             .cloned()
             .unwrap_or_default();
+        let group = group_of(metadata.labels.as_ref());
         let view = ObservedDeployment {
             name: metadata.name.clone().unwrap_or_default(),
             build_id,
+            group,
             spec_replicas,
             replicas: status.replicas.unwrap_or(0),
             ready_replicas: status.ready_replicas.unwrap_or(0),
@@ -254,6 +258,23 @@ impl From<wire::Deployment> for CachedDeployment {
     }
 }
 
+/// The worker group of a Deployment with `labels` (`default` without the group label).
+fn group_of(labels: Option<&BTreeMap<String, String>>) -> String {
+    labels
+        .and_then(|l| l.get(twc_api::labels::WORKER_GROUP))
+        .cloned()
+        .unwrap_or_else(|| twc_api::DEFAULT_GROUP.to_string())
+}
+
+/// Every versioned Deployment `wd` controls (not being deleted), each worker group's apart.
+pub fn owned_each(
+    wd: &WorkerDeployment,
+    store: &Scoped<CachedDeployment>,
+) -> Vec<ObservedDeployment> {
+    let here = store.in_namespace(&wd.namespace().unwrap_or_default());
+    owned_each_in(wd, here.iter().map(AsRef::as_ref)).collect()
+}
+
 /// The versioned Deployments `wd` controls (not being deleted), by build ID.
 pub fn owned(
     wd: &WorkerDeployment,
@@ -273,15 +294,22 @@ pub fn owned_in<'a>(
     wd: &WorkerDeployment,
     deployments: impl IntoIterator<Item = &'a CachedDeployment>,
 ) -> BTreeMap<String, ObservedDeployment> {
+    owned_each_in(wd, deployments)
+        .map(|d| (d.build_id.clone(), d))
+        .collect()
+}
+
+fn owned_each_in<'a>(
+    wd: &WorkerDeployment,
+    deployments: impl IntoIterator<Item = &'a CachedDeployment>,
+) -> impl Iterator<Item = ObservedDeployment> {
     let ns = wd.namespace();
     deployments
         .into_iter()
-        .filter(|d| d.namespace() == ns)
-        .filter(|d| is_owned_by(*d, wd))
+        .filter(move |d| d.namespace() == ns)
+        .filter(move |d| is_owned_by(*d, wd))
         .filter(|d| d.metadata.deletion_timestamp.is_none())
         .filter_map(observe)
-        .map(|d| (d.build_id.clone(), d))
-        .collect()
 }
 
 /// The planner's view of an owned Deployment; None without a build ID label.
@@ -332,6 +360,7 @@ mod tests {
         Some(ObservedDeployment {
             name: d.name_any(),
             build_id: d.labels().get(twc_api::labels::BUILD_ID)?.clone(),
+            group: group_of(d.metadata.labels.as_ref()),
             spec_replicas: d.spec.as_ref().and_then(|s| s.replicas),
             replicas: status.and_then(|s| s.replicas).unwrap_or(0),
             ready_replicas: status.and_then(|s| s.ready_replicas).unwrap_or(0),

@@ -170,6 +170,7 @@ scenarios! {
     wrt_metric_selector_injection => wrt::wrt_metric_selector_injection,
     wrt_scaletargetref_empty_object_sentinel => wrt::wrt_scaletargetref_empty_object_sentinel,
     wrt_worker_deployment_not_found => wrt::wrt_worker_deployment_not_found,
+    wrt_worker_group_not_found => wrt::wrt_worker_group_not_found,
     manual_rollout_expect_no_change => rollout::manual_rollout_expect_no_change,
     manual_rollout_expect_deployments_scaled_up =>
         rollout::manual_rollout_expect_deployments_scaled_up,

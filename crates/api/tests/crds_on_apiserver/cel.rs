@@ -403,9 +403,24 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
         "set only one of workerDeploymentRef and the deprecated temporalWorkerDeploymentRef",
     )
     .await;
+    assert_rejected(
+        &wrts,
+        "WRT with a worker group that is not a DNS label",
+        set(
+            set(wrt.clone(), "spec/workerDeploymentRef", json!({"name": "a"})),
+            "spec/workerGroup",
+            json!("GPU"),
+        ),
+        "spec.workerGroup",
+    )
+    .await;
     create(
         &wrts,
-        set(wrt, "spec/workerDeploymentRef", json!({"name": "a"})),
+        set(
+            set(wrt, "spec/workerDeploymentRef", json!({"name": "a"})),
+            "spec/workerGroup",
+            json!("activities"),
+        ),
     )
     .await?;
     Ok(())

@@ -18,6 +18,8 @@ pub use state::{DeploymentState, Listed, RoutingMark, VersionInfo};
 pub struct ObservedDeployment {
     pub name: String,
     pub build_id: String,
+    /// Its worker group (`temporal.io/worker-group`; `default` without the label).
+    pub group: String,
     /// `spec.replicas` (None when an autoscaler owns it and it was never set).
     pub spec_replicas: Option<i32>,
     /// `status.replicas`.

@@ -487,7 +487,11 @@ fn renders_upstreams_deployments() {
         }))
         .unwrap_or_else(|e| panic!("{name}: {e}"));
         let build = crate::plan::target_build_id(&wd);
-        assert_eq!(build, case["buildID"].as_str().unwrap_or_default(), "{name}");
+        assert_eq!(
+            build,
+            case["buildID"].as_str().unwrap_or_default(),
+            "{name}"
+        );
         let rendered = versioned_deployments(&wd, &build, &ConnectionSpec::default());
         let expected = case["groups"].as_array().cloned().unwrap_or_default();
         assert_eq!(rendered.len(), expected.len(), "{name}");

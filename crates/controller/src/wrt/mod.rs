@@ -47,6 +47,9 @@ pub mod reason {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     /// The referenced WorkerDeployment does not exist.
     pub const WORKER_DEPLOYMENT_NOT_FOUND: &str = "WorkerDeploymentNotFound";
+    /// `spec.workerGroup` names a group the WorkerDeployment does not have (or is empty for
+    /// one with groups), as upstream's worker groups say.
+    pub const WORKER_GROUP_NOT_FOUND: &str = "WorkerGroupNotFound";
     /// The template fails a check TWC's validating webhook makes (this controller runs no
     /// webhook): nothing is applied until it is fixed.
     pub const INVALID_TEMPLATE: &str = "InvalidTemplate";

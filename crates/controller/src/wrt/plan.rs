@@ -23,6 +23,10 @@ use crate::conditions::{set_condition, set_kstatus};
 pub struct ObservedWorkerDeployment {
     pub name: String,
     pub temporal_namespace: String,
+    /// Its worker groups by name (`default` alone without `spec.workerGroups`).
+    pub groups: Vec<String>,
+    /// Whether it has `spec.workerGroups`.
+    pub grouped: bool,
     /// Its controller owner reference (to put on the template).
     pub owner: OwnerReference,
 }
@@ -32,8 +36,12 @@ pub struct ObservedWorkerDeployment {
 pub struct Observed {
     /// None: the WorkerDeployment does not exist.
     pub worker_deployment: Option<ObservedWorkerDeployment>,
-    /// Live (not deleting) versioned Deployments: build ID -> Deployment name.
+    /// Live (not deleting) versioned Deployments of the template's worker group: build ID ->
+    /// Deployment name.
     pub versions: BTreeMap<String, String>,
+    /// The worker groups live versioned Deployments belong to (a group gone from the spec
+    /// may still run in older versions).
+    pub version_groups: BTreeSet<String>,
     /// Why the template's kind cannot be applied (not served, or cluster-scoped), from API
     /// discovery; None when it can, or when the pure checks failed and discovery was not asked.
     pub kind_problem: Option<Problem>,
@@ -127,6 +135,10 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         plan.problem = Some(problem.clone());
         return plan;
     }
+    if let Some(problem) = group_problem(wrt, wd, observed) {
+        plan.problem = Some(problem);
+        return plan;
+    }
     let Some(owner) = template_owner(wrt) else {
         return plan;
     };
@@ -178,6 +190,32 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         })
         .collect();
     plan
+}
+
+/// Why the template's worker group is not one of its WorkerDeployment's (upstream's
+/// `WorkerGroupNotFound`, which a change of either can clear: not terminal). A group the spec no
+/// longer declares is still found while a version runs it.
+fn group_problem(
+    wrt: &WorkerResourceTemplate,
+    wd: &ObservedWorkerDeployment,
+    observed: &Observed,
+) -> Option<Problem> {
+    let group = wrt.spec.effective_worker_group();
+    let message = if wd.grouped && wrt.spec.worker_group.as_deref().is_none_or(str::is_empty) {
+        format!(
+            "WorkerDeployment {:?} uses worker groups; set spec.workerGroup",
+            wd.name
+        )
+    } else if !wd.groups.iter().any(|g| g == group) && !observed.version_groups.contains(group) {
+        format!("WorkerDeployment {:?} has no group {group:?}", wd.name)
+    } else {
+        return None;
+    };
+    Some(Problem {
+        reason: reason::WORKER_GROUP_NOT_FOUND,
+        message,
+        terminal: false,
+    })
 }
 
 /// The versions this template has no copy for: those scaled down at sunset, when it scales

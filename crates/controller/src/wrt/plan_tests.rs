@@ -39,6 +39,8 @@ fn observed(builds: &[&str]) -> Observed {
         worker_deployment: Some(ObservedWorkerDeployment {
             name: "hello".into(),
             temporal_namespace: "orders".into(),
+            groups: vec![twc_api::DEFAULT_GROUP.into()],
+            grouped: false,
             owner: wd_owner(),
         }),
         versions: builds
@@ -416,4 +418,71 @@ fn an_autoscaler_leaves_a_version_scaled_down_at_sunset_and_comes_back_with_it()
     assert!(p.deletes.is_empty());
     assert_eq!(builds(&t2), ["v1", "v2"]);
     assert_eq!(ready(&t2).2, "applied for 2 build IDs");
+}
+
+/// Upstream's worker-group targeting: a template names its group (`default` when empty);
+/// a group the WorkerDeployment does not have, or none for one with groups, is
+/// `WorkerGroupNotFound` (not Stalled: a change of either can clear it) and nothing is applied;
+/// a group gone from the spec but still run by a version is found.
+#[test]
+fn a_worker_group_the_worker_deployment_lacks_is_named_and_nothing_applied() {
+    let ready = |t: &WorkerResourceTemplate| {
+        let c = t
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter())
+            .find(|c| c.type_ == READY)
+            .cloned()
+            .unwrap_or_else(|| panic!("no Ready"));
+        (c.status, c.reason, c.message)
+    };
+    let kstatus = |t: &WorkerResourceTemplate, type_: &str| {
+        t.status
+            .iter()
+            .flat_map(|s| s.conditions.iter())
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    let o = observed(&["v1"]);
+    let mut t = wrt(hpa());
+    t.spec.worker_group = Some("default".into());
+    let (p, _) = cycle(t.clone(), &o, &[], at(0));
+    assert_eq!(
+        p.applies.len(),
+        1,
+        "default is the group of a WorkerDeployment without groups"
+    );
+    t.spec.worker_group = Some("gpu".into());
+    let (p, t2) = cycle(t.clone(), &o, &[], at(0));
+    assert!(p.applies.is_empty());
+    assert_eq!(
+        ready(&t2),
+        (
+            "False".to_string(),
+            reason::WORKER_GROUP_NOT_FOUND.to_string(),
+            "WorkerDeployment \"hello\" has no group \"gpu\"".to_string()
+        )
+    );
+    assert_eq!(kstatus(&t2, "Stalled").as_deref(), Some("False"));
+    assert_eq!(kstatus(&t2, "Reconciling").as_deref(), Some("True"));
+    // Declared by the spec, or still run by a version: found.
+    let mut grouped = o.clone();
+    if let Some(wd) = grouped.worker_deployment.as_mut() {
+        wd.groups = vec!["gpu".into(), "workflows".into()];
+        wd.grouped = true;
+    }
+    assert!(plan(&t, &grouped).problem.is_none());
+    let mut old = grouped.clone();
+    if let Some(wd) = old.worker_deployment.as_mut() {
+        wd.groups = vec!["workflows".into()];
+    }
+    old.version_groups.insert("gpu".into());
+    assert!(plan(&t, &old).problem.is_none());
+    // A WorkerDeployment with groups needs the template to name one.
+    t.spec.worker_group = None;
+    let problem = plan(&t, &grouped).problem.map(|p| p.message);
+    assert_eq!(
+        problem.as_deref(),
+        Some("WorkerDeployment \"hello\" uses worker groups; set spec.workerGroup")
+    );
 }

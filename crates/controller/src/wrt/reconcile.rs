@@ -208,17 +208,29 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
     }) else {
         return (observed, None);
     };
+    // The spec's groups and the drained versions with their times are in the spec and the
+    // status, which the cache keeps as JSON.
+    let full = cached.full().0;
     observed.worker_deployment = Some(ObservedWorkerDeployment {
         name: wd.name_any(),
         temporal_namespace: wd.spec.worker_options.temporal_namespace.clone(),
+        groups: full
+            .spec
+            .group_views()
+            .iter()
+            .map(|g| g.name.to_string())
+            .collect(),
+        grouped: full.spec.has_worker_groups(),
         owner,
     });
-    observed.versions = crate::children::owned(wd, &ctx.deployments)
-        .into_values()
-        .map(|d| (d.build_id, d.name))
-        .collect();
-    // The drained versions and their times are in the status, which the cache keeps as JSON.
-    let sunset = super::sunset::sunset(&cached.full().0, SystemTime::now());
+    let group = wrt.spec.effective_worker_group();
+    for d in crate::children::owned_each(wd, &ctx.deployments) {
+        observed.version_groups.insert(d.group.clone());
+        if d.group == group {
+            observed.versions.insert(d.build_id, d.name);
+        }
+    }
+    let sunset = super::sunset::sunset(&full, SystemTime::now());
     observed.sunset = sunset.builds;
     observed.next_sunset = sunset.next;
     let template = &wrt.spec.template;

@@ -85,6 +85,7 @@ impl World {
         let d = ObservedDeployment {
             name: build_id::deployment_name("w", build),
             build_id: build.into(),
+            group: twc_api::DEFAULT_GROUP.into(),
             spec_replicas: replicas,
             replicas: replicas.unwrap_or(1),
             ready_replicas: replicas.unwrap_or(1),

@@ -169,6 +169,54 @@ pub async fn wrt_worker_deployment_not_found(w: &'static World) {
     assert!(wrt.status.unwrap_or_default().versions.is_empty());
 }
 
+/// Upstream's worker-group targeting on a WorkerDeployment without groups: `workerGroup: gpu`
+/// is `Ready=False WorkerGroupNotFound` naming both, with no copy and Reconciling (a change can
+/// clear it); set to `default` (its one group), the copy is applied.
+pub async fn wrt_worker_group_not_found(w: &'static World) {
+    use crate::common::from_json;
+    use kube::api::PostParams;
+    use twc_api::WorkerResourceTemplate;
+    let (s, build) = rolled_out(w, "wrt-group").await;
+    let wrt: WorkerResourceTemplate = from_json(json!({
+        "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+        "metadata": {"name": "gpu-hpa", "namespace": s.ns},
+        "spec": {"workerDeploymentRef": {"name": s.name}, "workerGroup": "gpu",
+                 "template": hpa_template()},
+    }));
+    wrts(&s)
+        .create(&PostParams::default(), &wrt)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = wait_wrt(&s, "gpu-hpa", "WorkerGroupNotFound", |t| {
+        ready(t).is_some_and(|(st, why, _)| st == "False" && why == reason::WORKER_GROUP_NOT_FOUND)
+    })
+    .await;
+    let (_, _, message) = ready(&t).unwrap_or_default();
+    assert_eq!(
+        message,
+        format!("WorkerDeployment {:?} has no group \"gpu\"", s.name)
+    );
+    let conditions = t.status.clone().unwrap_or_default().conditions;
+    let status_of = |type_: &str| {
+        conditions
+            .iter()
+            .find(|c| c.type_ == type_)
+            .map(|c| c.status.clone())
+    };
+    assert_eq!(status_of("Stalled").as_deref(), Some("False"));
+    assert_eq!(status_of("Reconciling").as_deref(), Some("True"));
+    assert!(entry(&t, &build).is_none(), "no copy for another group");
+    wrts(&s)
+        .patch(
+            "gpu-hpa",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"spec": {"workerGroup": "default"}})),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    wait_applied(&s, "gpu-hpa", &[&build]).await;
+}
+
 /// Not a TWC subtest (its `TestGetDeleteWorkerResources` and execplan tests): when a build
 /// ID's Deployment goes, its copy is deleted and its status entry pruned; the other build's
 /// copy stays.
