@@ -8,7 +8,7 @@ use anyhow::Context;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use twc_controller::plan::build_id;
+use twc_controller::plan::{build_id, group_ids};
 
 /// One WorkerDeployment's version, as the controller computes it.
 #[derive(Serialize, Debug, PartialEq)]
@@ -18,8 +18,22 @@ pub struct Version {
     pub name: String,
     #[serde(rename = "buildID")]
     pub build_id: String,
-    pub versioned_deployment_name: String,
+    /// The version's Deployment (without worker groups; with them, each group's is in
+    /// `workerGroups`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub versioned_deployment_name: Option<String>,
     pub temporal_worker_deployment_name: String,
+    /// With `spec.workerGroups`: each group's Deployment, by group name.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub worker_groups: Vec<GroupVersion>,
+}
+
+/// A worker group's Deployment in a version.
+#[derive(Serialize, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct GroupVersion {
+    pub name: String,
+    pub versioned_deployment_name: String,
 }
 
 /// Reads `path` (`-`: standard input).
@@ -84,22 +98,6 @@ pub fn versions(input: &str, namespace: &str) -> anyhow::Result<Vec<Version>> {
             .and_then(Value::as_str)
             .filter(|n| !n.is_empty())
             .unwrap_or(namespace);
-        // `spec.deployment.template` (TWC's newer form) or the deprecated `spec.template`:
-        // the same pod makes the same build ID in both.
-        let (field, raw) = match doc.pointer("/spec/deployment/template") {
-            Some(raw) => ("spec.deployment.template", raw),
-            None => (
-                "spec.template",
-                doc.pointer("/spec/template").ok_or_else(|| {
-                    fail(
-                        "spec",
-                        "one of deployment, template or workerGroups must be set".into(),
-                    )
-                })?,
-            ),
-        };
-        let template: PodTemplateSpec =
-            serde_json::from_value(raw.clone()).map_err(|e| fail(field, e.to_string()))?;
         let custom = match doc.pointer("/spec/workerOptions/unsafeCustomBuildID") {
             None | Some(Value::Null) => None,
             Some(Value::String(s)) => Some(s.as_str()),
@@ -116,16 +114,66 @@ pub fn versions(input: &str, namespace: &str) -> anyhow::Result<Vec<Version>> {
             .and_then(Value::as_u64)
             .and_then(|c| u32::try_from(c).ok())
             .unwrap_or(0);
-        build_id::go_json(&template)
-            .map_err(|e| fail(&format!("{field}.{}", e.path), e.message))?;
-        let build = build_id::build_id_with(&template, custom, collisions);
-        out.push(Version {
+        let parse = |field: &str, raw: &Value| -> anyhow::Result<PodTemplateSpec> {
+            let template: PodTemplateSpec =
+                serde_json::from_value(raw.clone()).map_err(|e| fail(field, e.to_string()))?;
+            build_id::go_json(&template)
+                .map_err(|e| fail(&format!("{field}.{}", e.path), e.message))?;
+            Ok(template)
+        };
+        let version = |build: String, deployment: Option<String>, groups| Version {
             namespace: ns.to_string(),
             name: name.to_string(),
-            versioned_deployment_name: build_id::deployment_name(name, &build),
+            versioned_deployment_name: deployment,
             temporal_worker_deployment_name: build_id::temporal_deployment_name(ns, name),
             build_id: build,
-        });
+            worker_groups: groups,
+        };
+        if let Some(list) = doc.pointer("/spec/workerGroups").and_then(Value::as_array) {
+            let mut groups = Vec::new();
+            for (i, g) in list.iter().enumerate() {
+                let field = format!("spec.workerGroups[{i}]");
+                let group = g
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .ok_or_else(|| fail(&format!("{field}.name"), "missing".into()))?;
+                let raw = g.pointer("/deployment/template").ok_or_else(|| {
+                    fail(&format!("{field}.deployment.template"), "missing".into())
+                })?;
+                groups.push((group, parse(&format!("{field}.deployment.template"), raw)?));
+            }
+            let refs: Vec<(&str, &PodTemplateSpec)> = groups.iter().map(|(n, t)| (*n, t)).collect();
+            let build = group_ids::build_id(&refs, custom, collisions);
+            let mut names: Vec<&str> = groups.iter().map(|(n, _)| *n).collect();
+            names.sort();
+            let each = names
+                .into_iter()
+                .map(|g| GroupVersion {
+                    name: g.to_string(),
+                    versioned_deployment_name: group_ids::deployment_name(name, g, &build),
+                })
+                .collect();
+            out.push(version(build, None, each));
+            continue;
+        }
+        // `spec.deployment.template` (TWC's newer form) or the deprecated `spec.template`:
+        // the same pod makes the same build ID in both.
+        let (field, raw) = match doc.pointer("/spec/deployment/template") {
+            Some(raw) => ("spec.deployment.template", raw),
+            None => (
+                "spec.template",
+                doc.pointer("/spec/template").ok_or_else(|| {
+                    fail(
+                        "spec",
+                        "one of deployment, template or workerGroups must be set".into(),
+                    )
+                })?,
+            ),
+        };
+        let template = parse(field, raw)?;
+        let build = build_id::build_id_with(&template, custom, collisions);
+        let deployment = build_id::deployment_name(name, &build);
+        out.push(version(build, Some(deployment), Vec::new()));
     }
     Ok(out)
 }
@@ -139,14 +187,28 @@ pub fn table(versions: &[Version]) -> String {
         "DEPLOYMENT",
         "TEMPORAL DEPLOYMENT",
     ];
+    // With worker groups, every group's Deployment, comma-separated.
+    let deployments: Vec<String> = versions
+        .iter()
+        .map(|v| match &v.versioned_deployment_name {
+            Some(d) => d.clone(),
+            None => v
+                .worker_groups
+                .iter()
+                .map(|g| g.versioned_deployment_name.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        })
+        .collect();
     let rows: Vec<[&str; 5]> = versions
         .iter()
-        .map(|v| {
+        .enumerate()
+        .map(|(i, v)| {
             [
                 v.namespace.as_str(),
                 v.name.as_str(),
                 v.build_id.as_str(),
-                v.versioned_deployment_name.as_str(),
+                deployments[i].as_str(),
                 v.temporal_worker_deployment_name.as_str(),
             ]
         })
@@ -202,7 +264,10 @@ spec:
         assert_eq!(v.len(), 2, "the Connection is passed over");
         // TWC's own build ID for this template (shared/reference, case "minimal").
         assert_eq!(v[0].build_id, "1.4.2-7d78");
-        assert_eq!(v[0].versioned_deployment_name, "orders-1-4-2-7d78");
+        assert_eq!(
+            v[0].versioned_deployment_name.as_deref(),
+            Some("orders-1-4-2-7d78")
+        );
         assert_eq!(v[0].temporal_worker_deployment_name, "team-a/orders");
         assert_eq!(
             (v[1].namespace.as_str(), v[1].name.as_str()),
@@ -244,6 +309,44 @@ spec:
             e.as_deref(),
             Some("document 0: spec: one of deployment, template or workerGroups must be set")
         );
+    }
+
+    /// Upstream's own build ID and Deployment names for two groups (golden case
+    /// "two-groups-different-tags" of `twc-group-build-ids.json`), whatever their order.
+    #[test]
+    fn worker_groups_give_upstreams_build_id_and_one_deployment_per_group() {
+        let golden: Value = serde_json::from_str(include_str!(
+            "../crates/gocompat/tests/data/twc-group-build-ids.json"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let case = golden["cases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|c| c["input"]["name"] == "two-groups-different-tags")
+            .cloned()
+            .unwrap_or_else(|| panic!("no such case"));
+        let doc = serde_json::json!({
+            "kind": "WorkerDeployment",
+            "metadata": {"name": case["input"]["wdName"]},
+            "spec": case["input"]["spec"],
+        });
+        let v = versions(&doc.to_string(), "default").unwrap_or_else(|e| panic!("{e:#}"));
+        assert_eq!(v[0].build_id, case["buildID"].as_str().unwrap_or_default());
+        assert_eq!(v[0].versioned_deployment_name, None);
+        let names: Vec<&str> = v[0]
+            .worker_groups
+            .iter()
+            .map(|g| g.versioned_deployment_name.as_str())
+            .collect();
+        let expected: Vec<&str> = case["groups"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|g| g["deploymentName"].as_str())
+            .collect();
+        assert_eq!(names, expected);
+        assert!(table(&v).contains(&expected.join(",")), "{}", table(&v));
     }
 
     #[test]

@@ -407,7 +407,11 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
         &wrts,
         "WRT with a worker group that is not a DNS label",
         set(
-            set(wrt.clone(), "spec/workerDeploymentRef", json!({"name": "a"})),
+            set(
+                wrt.clone(),
+                "spec/workerDeploymentRef",
+                json!({"name": "a"}),
+            ),
             "spec/workerGroup",
             json!("GPU"),
         ),
