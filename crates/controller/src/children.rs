@@ -253,6 +253,7 @@ impl From<wire::Deployment> for CachedDeployment {
             // Filled from the metadata when observed (not kept twice in the cache).
             uid: None,
             resource_version: None,
+            members: Vec::new(),
         };
         Self { metadata, view }
     }
@@ -289,13 +290,20 @@ pub fn owned(
     )
 }
 
-/// [`owned`], from any list of cached Deployments (those of `wd`'s namespace are picked).
+/// [`owned`], from any list of cached Deployments (those of `wd`'s namespace are picked). A
+/// version with worker groups is one entry, made of its groups' Deployments
+/// ([`ObservedDeployment::version`]).
 pub fn owned_in<'a>(
     wd: &WorkerDeployment,
     deployments: impl IntoIterator<Item = &'a CachedDeployment>,
 ) -> BTreeMap<String, ObservedDeployment> {
-    owned_each_in(wd, deployments)
-        .map(|d| (d.build_id.clone(), d))
+    let mut by_build: BTreeMap<String, Vec<ObservedDeployment>> = BTreeMap::new();
+    for d in owned_each_in(wd, deployments) {
+        by_build.entry(d.build_id.clone()).or_default().push(d);
+    }
+    by_build
+        .into_iter()
+        .map(|(build, members)| (build, ObservedDeployment::version(members)))
         .collect()
 }
 
@@ -401,6 +409,7 @@ mod tests {
             revision_history_limit: d.spec.as_ref().and_then(|s| s.revision_history_limit),
             uid: d.metadata.uid.clone(),
             resource_version: d.metadata.resource_version.clone(),
+            members: Vec::new(),
         })
     }
 

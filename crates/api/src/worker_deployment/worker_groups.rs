@@ -91,6 +91,15 @@ impl super::WorkerDeploymentSpec {
         self.worker_groups.as_ref().is_some_and(|g| !g.is_empty())
     }
 
+    /// The replicas the spec wants for group `group` (None: an autoscaler owns them, or the
+    /// spec no longer has the group, which upstream counts as autoscaled).
+    pub fn group_replicas(&self, group: &str) -> Option<i32> {
+        self.group_views()
+            .into_iter()
+            .find(|g| g.name == group)
+            .and_then(|g| g.replicas)
+    }
+
     /// The worker groups sorted by name (the order every version handles them in).
     pub fn sorted_worker_groups(&self) -> Vec<&WorkerGroup> {
         let mut groups: Vec<&WorkerGroup> = self.worker_groups.iter().flatten().collect();

@@ -73,6 +73,62 @@ pub struct ObservedDeployment {
     /// cannot delete or scale down a Deployment that changed since.
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// A version with worker groups: each group's Deployment, by group name; this value is
+    /// then the version as a whole ([`ObservedDeployment::version`]). Empty for a version
+    /// of one Deployment without the group label.
+    pub members: Vec<ObservedDeployment>,
+}
+
+impl ObservedDeployment {
+    /// Every Deployment of the version: each group's, or this one.
+    pub fn each(&self) -> impl Iterator<Item = &ObservedDeployment> {
+        let alone = self.members.is_empty().then_some(self);
+        alone.into_iter().chain(self.members.iter())
+    }
+
+    /// A version made of several Deployments (its worker groups'), as one: its counts are the
+    /// groups' sums; it is available only while every group is (since the latest of them
+    /// became so) and unavailable since the first group was; it has rolled out only when
+    /// every group has; everything else (its connection, credentials, name) is the first
+    /// group's, and what is per Deployment is read through [`Self::each`]. One Deployment
+    /// without the group label is the version itself.
+    pub fn version(mut members: Vec<ObservedDeployment>) -> ObservedDeployment {
+        members.sort_by(|a, b| a.group.cmp(&b.group));
+        if members.len() == 1 && members[0].group == twc_api::DEFAULT_GROUP {
+            return members.remove(0);
+        }
+        let Some(first) = members.first() else {
+            return ObservedDeployment::default();
+        };
+        let sum = |f: fn(&ObservedDeployment) -> i32| members.iter().map(f).sum::<i32>();
+        let all_rolled = members.iter().all(|m| {
+            m.generation
+                .is_some_and(|g| m.observed_generation.is_some_and(|o| o >= g))
+        });
+        let mut version = ObservedDeployment {
+            spec_replicas: members.iter().map(|m| m.spec_replicas).sum::<Option<i32>>(),
+            replicas: sum(|m| m.replicas),
+            ready_replicas: sum(|m| m.ready_replicas),
+            available_replicas: sum(|m| m.available_replicas),
+            updated_replicas: sum(|m| m.updated_replicas),
+            available_since: members
+                .iter()
+                .map(|m| m.available_since)
+                .collect::<Option<Vec<_>>>()
+                .and_then(|t| t.into_iter().max()),
+            unavailable_since: members.iter().filter_map(|m| m.unavailable_since).min(),
+            observed_generation: if all_rolled {
+                first.observed_generation
+            } else {
+                None
+            },
+            oldest_pod: members.iter().filter_map(|m| m.oldest_pod).min(),
+            members: Vec::new(),
+            ..first.clone()
+        };
+        version.members = members;
+        version
+    }
 }
 
 /// Everything the planner looks at.
@@ -215,4 +271,71 @@ pub enum Reuse {
     Never,
     /// Reused while the namespace's listing agrees, until the time if there is one.
     Until(Option<SystemTime>),
+}
+
+#[cfg(test)]
+mod version_tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn at(s: u64) -> SystemTime {
+        SystemTime::UNIX_EPOCH + Duration::from_secs(1_800_000_000 + s)
+    }
+
+    fn group(name: &str, replicas: Option<i32>, since: Option<SystemTime>) -> ObservedDeployment {
+        ObservedDeployment {
+            name: format!("w-{name}-b1-abcd1234"),
+            build_id: "b1".into(),
+            group: name.into(),
+            spec_replicas: replicas,
+            replicas: replicas.unwrap_or(1),
+            ready_replicas: replicas.unwrap_or(1),
+            available_replicas: replicas.unwrap_or(1),
+            available_since: since,
+            unavailable_since: since.is_none().then(|| at(5)),
+            generation: Some(2),
+            observed_generation: Some(2),
+            ..Default::default()
+        }
+    }
+
+    /// A version with groups is available only while every group is, since the last became
+    /// so; its counts are the sums; it rolled out only when each group did; each group's
+    /// Deployment stays reachable, sorted by group.
+    #[test]
+    fn a_grouped_version_is_as_healthy_as_its_least_healthy_group() {
+        let v = ObservedDeployment::version(vec![
+            group("workflows", Some(2), Some(at(10))),
+            group("activities", Some(3), Some(at(20))),
+        ]);
+        assert_eq!(v.available_since, Some(at(20)));
+        assert_eq!((v.spec_replicas, v.ready_replicas), (Some(5), 5));
+        assert_eq!(
+            v.name, "w-activities-b1-abcd1234",
+            "the first group by name"
+        );
+        let names: Vec<&str> = v.each().map(|m| m.group.as_str()).collect();
+        assert_eq!(names, ["activities", "workflows"]);
+        assert_eq!(v.observed_generation, Some(2));
+
+        let mut rolling = group("workflows", None, None);
+        rolling.observed_generation = Some(1);
+        let v =
+            ObservedDeployment::version(vec![group("activities", Some(3), Some(at(20))), rolling]);
+        assert_eq!(v.available_since, None, "one group is not available");
+        assert_eq!(v.unavailable_since, Some(at(5)));
+        assert_eq!(
+            v.spec_replicas, None,
+            "an autoscaled group: no count for the version"
+        );
+        assert_eq!(v.observed_generation, None, "not every group rolled out");
+    }
+
+    #[test]
+    fn one_deployment_without_a_group_is_the_version() {
+        let alone = group(twc_api::DEFAULT_GROUP, Some(2), Some(at(1)));
+        let v = ObservedDeployment::version(vec![alone.clone()]);
+        assert_eq!(v, alone);
+        assert_eq!(v.each().count(), 1);
+    }
 }

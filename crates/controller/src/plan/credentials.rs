@@ -160,7 +160,12 @@ pub(super) fn plan_credentials(
             || observed.temporal.current_build_id.as_deref() == Some(build)
     };
     let mut writes = Vec::new();
-    for (build, d) in &observed.deployments {
+    // Each Deployment apart (a version with worker groups has one per group).
+    let each = observed
+        .deployments
+        .iter()
+        .flat_map(|(build, v)| v.each().map(move |d| (build, d)));
+    for (build, d) in each {
         let written = plan
             .apply
             .iter()
@@ -191,7 +196,7 @@ pub(super) fn plan_credentials(
     let others_restart = observed
         .deployments
         .iter()
-        .any(|(b, d)| !last(b) && restarting(d, now))
+        .any(|(b, v)| !last(b) && v.each().any(|d| restarting(d, now)))
         || writes.iter().any(|(l, w)| !l && w.restart);
     for (last, w) in writes {
         if last && w.restart && others_restart && !urgent(w.expires, now) {

@@ -107,8 +107,10 @@ impl PodConnection {
     /// Whether `d`'s pods see this connection (an auth not read, as in a test's fixture,
     /// counts as the same).
     pub fn holds(&self, d: &crate::observed::ObservedDeployment) -> bool {
-        d.connection_hash.as_deref() == Some(self.hash.as_str())
-            && d.auth.as_ref().is_none_or(|a| *a == self.auth)
+        d.each().all(|m| {
+            m.connection_hash.as_deref() == Some(self.hash.as_str())
+                && m.auth.as_ref().is_none_or(|a| *a == self.auth)
+        })
     }
 }
 
@@ -338,7 +340,11 @@ pub fn reconnected(
     }
     inject(&mut template, wd, build_id, conn);
     let mut d = versioned_deployment(wd, build_id, conn);
+    // Its own name and selector (immutable; a worker group's has the group label).
+    d.metadata.name = existing.metadata.name.clone();
+    d.metadata.labels = spec.selector.match_labels.clone();
     if let Some(new_spec) = d.spec.as_mut() {
+        new_spec.selector = spec.selector.clone();
         new_spec.replicas = spec.replicas;
         new_spec.min_ready_seconds = spec.min_ready_seconds;
         if new_spec.strategy.is_none() {
@@ -471,31 +477,34 @@ pub fn settings_changes(
     skip: impl Fn(&str) -> bool,
 ) -> Vec<(String, SettingsChange)> {
     use twc_api::deployment_strategy::defaulted;
-    let wanted_strategy = wd.spec.versioned_strategy();
-    let from_deployment = wd.spec.deployment.is_some();
+    // With the deprecated fields only the strategy is kept in step (TWC's rule).
+    let every_setting = wd.spec.deployment.is_some() || wd.spec.has_worker_groups();
+    let groups = wd.spec.group_views();
     let differs = |want: Option<i32>, have: Option<i32>| want.filter(|w| Some(*w) != have);
     observed
         .deployments
         .values()
+        .flat_map(|v| v.each())
         .filter(|d| !skip(&d.name))
         .filter_map(|d| {
+            // A group gone from the spec keeps what it has.
+            let group = groups.iter().find(|g| g.name == d.group)?;
             let mut change = SettingsChange {
-                strategy: wanted_strategy
+                strategy: group
+                    .strategy
                     .clone()
                     .filter(|w| &defaulted(&d.strategy.clone().unwrap_or_default()) != w),
                 ..Default::default()
             };
-            if from_deployment {
+            if every_setting {
                 change.min_ready_seconds = differs(
-                    Some(wd.spec.min_ready()),
+                    Some(group.min_ready_seconds),
                     Some(d.min_ready_seconds.unwrap_or(0)),
                 );
-                change.progress_deadline_seconds = differs(
-                    wd.spec.versioned_progress_deadline_seconds(),
-                    d.progress_deadline_seconds,
-                );
+                change.progress_deadline_seconds =
+                    differs(group.progress_deadline_seconds, d.progress_deadline_seconds);
                 change.revision_history_limit =
-                    differs(wd.spec.revision_history_limit(), d.revision_history_limit);
+                    differs(group.revision_history_limit, d.revision_history_limit);
             }
             (!change.is_empty()).then(|| (d.name.clone(), change))
         })

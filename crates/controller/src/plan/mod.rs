@@ -297,12 +297,6 @@ pub fn plan_with(
         collision_count: collisions,
         ..Default::default()
     };
-    // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
-    let replicas = if observed.autoscaled {
-        None
-    } else {
-        wd.spec.desired_replicas()
-    };
     let desired_conn = deployment::PodConnection::of(conn);
 
     target_deployment(
@@ -314,7 +308,7 @@ pub fn plan_with(
         &desired_conn,
         &mut plan,
     );
-    scale_and_sunset(wd, observed, &target, replicas, &desired_conn, &mut plan);
+    scale_and_sunset(wd, observed, &target, &desired_conn, &mut plan);
     reconnect_older_versions(observed, &target, &desired_conn, &mut plan);
     delete_drained_versions(observed, &target, &mut plan);
     plan.settings = deployment::settings_changes(wd, observed, |name| {
@@ -359,48 +353,62 @@ fn target_deployment(
 ) {
     let spec = &wd.spec;
     let state = &observed.temporal;
-    let mut desired = deployment::versioned_deployment(wd, target, conn);
+    let mut desired = deployment::versioned_deployments(wd, target, conn);
     // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
-    if observed.autoscaled
-        && let Some(s) = desired.spec.as_mut()
-    {
-        s.replicas = None;
-    }
-    let desired_digest = build_id::template_digest(spec.pod_template());
-    match observed.deployments.get(target) {
-        None => {
-            let undeletable = undeletable_versions(observed, target);
-            if undeletable.len() >= limits.max_undeletable_versions
-                && !state.versions.contains_key(target)
-            {
-                let shown: Vec<&str> = undeletable.iter().take(10).map(String::as_str).collect();
-                plan.blocked = Some(format!(
-                    "not creating buildID {target}: {} versions cannot be deleted yet (limit {}), so the server would not register another; waiting for some to drain and stop: {}{}",
-                    undeletable.len(),
-                    limits.max_undeletable_versions,
-                    shown.join(", "),
-                    if undeletable.len() > shown.len() {
-                        ", ..."
-                    } else {
-                        ""
-                    }
-                ));
-            } else {
-                plan.apply.push(desired);
-            }
+    if observed.autoscaled {
+        for s in desired.iter_mut().filter_map(|d| d.spec.as_mut()) {
+            s.replicas = None;
         }
-        Some(d) => {
-            let custom = spec.worker_options.unsafe_custom_build_id.is_some();
-            let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
-            let conn_drift = !desired_conn.holds(d);
-            // The target follows the spec to a new Temporal namespace (older versions stay).
-            let moved = d
-                .temporal_namespace
-                .as_ref()
-                .is_some_and(|n| *n != spec.worker_options.temporal_namespace);
-            if template_drift || conn_drift || moved {
-                plan.apply.push(desired);
-            }
+    }
+    let Some(version) = observed.deployments.get(target) else {
+        let undeletable = undeletable_versions(observed, target);
+        if undeletable.len() >= limits.max_undeletable_versions
+            && !state.versions.contains_key(target)
+        {
+            let shown: Vec<&str> = undeletable.iter().take(10).map(String::as_str).collect();
+            plan.blocked = Some(format!(
+                "not creating buildID {target}: {} versions cannot be deleted yet (limit {}), so the server would not register another; waiting for some to drain and stop: {}{}",
+                undeletable.len(),
+                limits.max_undeletable_versions,
+                shown.join(", "),
+                if undeletable.len() > shown.len() {
+                    ", ..."
+                } else {
+                    ""
+                }
+            ));
+        } else {
+            plan.apply.extend(desired);
+        }
+        return;
+    };
+    let custom = spec.worker_options.unsafe_custom_build_id.is_some();
+    let groups = spec.group_views();
+    for (want, group) in desired.into_iter().zip(&groups) {
+        // Without groups the version is its one Deployment, whatever its name (TWC's); with
+        // them, each group's by name (a group added under a custom build ID has none yet).
+        let have = if version.members.is_empty() {
+            Some(version)
+        } else {
+            version
+                .members
+                .iter()
+                .find(|m| Some(&m.name) == want.metadata.name.as_ref())
+        };
+        let Some(d) = have else {
+            plan.apply.push(want);
+            continue;
+        };
+        let desired_digest = build_id::template_digest(group.template);
+        let template_drift = custom && d.template_digest.as_deref() != Some(&desired_digest);
+        let conn_drift = !desired_conn.holds(d);
+        // The target follows the spec to a new Temporal namespace (older versions stay).
+        let moved = d
+            .temporal_namespace
+            .as_ref()
+            .is_some_and(|n| *n != spec.worker_options.temporal_namespace);
+        if template_drift || conn_drift || moved {
+            plan.apply.push(want);
         }
     }
 }

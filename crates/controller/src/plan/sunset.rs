@@ -6,7 +6,7 @@ use std::time::Duration;
 use twc_api::{VersionStatus, WorkerDeployment};
 
 use super::retire::{RETIRE_AGAIN, retirable};
-use super::{Kept, Observed, Plan, Unaccounted, deployment, status_of};
+use super::{Kept, Observed, ObservedDeployment, Plan, Unaccounted, deployment, status_of};
 
 /// How long a Drained version keeps its workers before it is scaled to zero
 /// (`spec.sunset.scaledownDelay`, one hour unless set).
@@ -26,12 +26,36 @@ pub(super) fn scale_and_sunset(
     wd: &WorkerDeployment,
     observed: &Observed,
     target: &str,
-    replicas: Option<i32>,
     desired_conn: &deployment::PodConnection,
     plan: &mut Plan,
 ) {
     let now = observed.now;
     let spec = &wd.spec;
+    // What each Deployment (each group's) should run when active: with an autoscaler,
+    // `replicas` is its field, never scaled to the spec.
+    let wanted = |m: &ObservedDeployment| {
+        if observed.autoscaled {
+            None
+        } else {
+            spec.group_replicas(&m.group)
+        }
+    };
+    // Sets Deployments of the version to `replicas` (each one not already there).
+    let scale = |plan: &mut Plan,
+                 d: &ObservedDeployment,
+                 replicas: &dyn Fn(&ObservedDeployment) -> Option<i32>| {
+        for m in d.each() {
+            if let Some(r) = replicas(m)
+                && m.spec_replicas != Some(r)
+            {
+                plan.scale.push((m.name.clone(), r));
+            }
+        }
+    };
+    let delete = |plan: &mut Plan, d: &ObservedDeployment| {
+        plan.delete_deployments
+            .extend(d.each().map(|m| m.name.clone()));
+    };
     let state = &observed.temporal;
     let current = state.current_build_id.clone();
     let scaledown = scaledown_delay(spec);
@@ -58,20 +82,18 @@ pub(super) fn scale_and_sunset(
             continue;
         }
         if is_target || is_current {
-            match replicas {
-                Some(r) if d.spec_replicas != Some(r) => plan.scale.push((d.name.clone(), r)),
-                None if is_target && !is_current && d.spec_replicas == Some(0) => {
-                    // Re-activated after a sunset scale-down.
-                    plan.scale.push((d.name.clone(), 1))
-                }
-                _ => {}
-            }
+            scale(plan, d, &|m| match wanted(m) {
+                Some(r) => Some(r),
+                // Re-activated after a sunset scale-down.
+                None if is_target && !is_current && m.spec_replicas == Some(0) => Some(1),
+                None => None,
+            });
             continue;
         }
         match status {
             VersionStatus::Inactive => {
                 if d.spec_replicas != Some(0) {
-                    plan.scale.push((d.name.clone(), 0));
+                    scale(plan, d, &|_| Some(0));
                 } else if retirable(build, d, target, state) {
                     if observed.target.idle_inactive.contains(build) {
                         plan.retire.push(build.clone());
@@ -89,7 +111,7 @@ pub(super) fn scale_and_sunset(
                     // No worker up, and they would poll where the controller looks: it never
                     // polled, or the server deleted it (Drained, no pollers) to make room.
                     // Nothing can be pinned to it.
-                    plan.delete_deployments.push(d.name.clone());
+                    delete(plan, d);
                 } else {
                     let why = if !state.exists {
                         Unaccounted::DeploymentNotFound
@@ -109,18 +131,10 @@ pub(super) fn scale_and_sunset(
             // Never scale a draining version down: its pinned workflows need the workers. One
             // at 0 (scaled down Inactive or Drained, then reactivated by a workflow pinned to
             // it) gets them back, as TWC does since #587.
-            VersionStatus::Draining => {
-                if d.spec_replicas == Some(0) {
-                    plan.scale.push((d.name.clone(), replicas.unwrap_or(1)));
-                }
-            }
-            VersionStatus::Ramping | VersionStatus::Current => {
-                if let Some(r) = replicas
-                    && d.spec_replicas != Some(r)
-                {
-                    plan.scale.push((d.name.clone(), r));
-                }
-            }
+            VersionStatus::Draining => scale(plan, d, &|m| {
+                (m.spec_replicas == Some(0)).then(|| wanted(m).unwrap_or(1))
+            }),
+            VersionStatus::Ramping | VersionStatus::Current => scale(plan, d, &wanted),
             VersionStatus::Drained => {
                 let since = state
                     .versions
@@ -129,12 +143,10 @@ pub(super) fn scale_and_sunset(
                     .unwrap_or(now);
                 let age = now.duration_since(since).unwrap_or_default();
                 if age >= delete_after {
-                    plan.delete_deployments.push(d.name.clone());
+                    delete(plan, d);
                     plan.delete_versions.push(build.clone());
                 } else if age >= scaledown {
-                    if d.spec_replicas != Some(0) {
-                        plan.scale.push((d.name.clone(), 0));
-                    }
+                    scale(plan, d, &|_| Some(0));
                     plan.wake(since + delete_after);
                 } else {
                     plan.wake(since + scaledown);

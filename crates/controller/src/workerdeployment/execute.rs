@@ -159,7 +159,11 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
     for d in &plan.apply {
         let name = d.name_any();
         apply(&deployments, d).await?;
-        let known = observed.deployments.values().any(|o| o.name == name);
+        let known = observed
+            .deployments
+            .values()
+            .flat_map(|v| v.each())
+            .any(|o| o.name == name);
         applied.done.push(if known {
             Done::Applied { deployment: name }
         } else {
@@ -174,44 +178,47 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         });
     }
     for build in &plan.reconnect {
-        // The cache keeps only part of a Deployment (`children::CachedDeployment`): the whole
-        // one is read, as the apiserver has it now.
-        let cached = ctx.deployments.in_namespace(&ns).into_iter().find(|d| {
-            plan::deployment::is_owned_by(d.as_ref(), wd)
-                && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
-        });
-        // (A list by name: the controller's RBAC has list, not get, on Deployments.)
-        let existing = match cached {
-            Some(d) => {
-                let name = d.name_any();
-                let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
-                deployments
-                    .list(&by_name)
-                    .await
-                    .map_err(|e| Error::kube_write(format!("read Deployment {ns}/{name}"), &e))?
-                    .items
-                    .into_iter()
-                    .find(|d| plan::deployment::is_owned_by(d, wd))
-            }
-            None => None,
-        };
-        match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, &conn.spec)) {
-            Some(mut d) => {
-                // Its pods restart with the Secrets as they are now.
-                if let Some(digest) = &observed.secrets_digest {
-                    d.annotations_mut()
-                        .insert(twc_api::labels::CREDENTIALS_DIGEST.into(), digest.clone());
+        // Every Deployment of the version (one per worker group). The cache keeps only part of
+        // a Deployment (`children::CachedDeployment`): the whole one is read, as the apiserver
+        // has it now.
+        let names: Vec<String> = ctx
+            .deployments
+            .in_namespace(&ns)
+            .into_iter()
+            .filter(|d| {
+                plan::deployment::is_owned_by(d.as_ref(), wd)
+                    && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
+            })
+            .map(|d| d.name_any())
+            .collect();
+        for name in names {
+            // (A list by name: the controller's RBAC has list, not get, on Deployments.)
+            let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
+            let existing = deployments
+                .list(&by_name)
+                .await
+                .map_err(|e| Error::kube_write(format!("read Deployment {ns}/{name}"), &e))?
+                .items
+                .into_iter()
+                .find(|d| plan::deployment::is_owned_by(d, wd));
+            match existing.and_then(|d| plan::deployment::reconnected(&d, wd, build, &conn.spec)) {
+                Some(mut d) => {
+                    // Its pods restart with the Secrets as they are now.
+                    if let Some(digest) = &observed.secrets_digest {
+                        d.annotations_mut()
+                            .insert(twc_api::labels::CREDENTIALS_DIGEST.into(), digest.clone());
+                    }
+                    apply(&deployments, &d).await?;
+                    applied.done.push(Done::Reconnected {
+                        deployment: d.name_any(),
+                        build: build.clone(),
+                    });
                 }
-                apply(&deployments, &d).await?;
-                applied.done.push(Done::Reconnected {
-                    deployment: d.name_any(),
-                    build: build.clone(),
-                });
+                None => tracing::warn!(
+                    build,
+                    "Deployment {name} of buildID {build} has no spec; it keeps its previous connection"
+                ),
             }
-            None => tracing::warn!(
-                build,
-                "the Deployment of buildID {build} has no spec; it keeps its previous connection"
-            ),
         }
     }
     for (name, change) in &plan.settings {

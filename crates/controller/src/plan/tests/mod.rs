@@ -112,6 +112,7 @@ impl World {
             revision_history_limit: Some(10),
             uid: Some(format!("uid-{build}")),
             resource_version: Some("1".into()),
+            members: Vec::new(),
         };
         self.observed.deployments.insert(build.into(), d);
         self
@@ -317,6 +318,7 @@ mod build_ids;
 mod credentials;
 mod deployments;
 mod gates;
+mod groups;
 mod guarded;
 mod invariants;
 mod paced;
