@@ -98,15 +98,34 @@ pub struct BaseWorkerDeploymentVersion {
     /// Since when the version's Deployment is Available.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub healthy_since: Option<Time>,
-    /// The version's Deployment.
+    /// The version's Deployment (without worker groups; with them, each group's is in
+    /// `workerGroups`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub deployment: Option<ObjectReference>,
+    /// A version with worker groups: each group's Deployment, sorted by group name.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
+    pub worker_groups: Vec<WorkerGroupStatus>,
     /// Task queues the version's workers poll.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub task_queues: Vec<TaskQueue>,
     /// Identity managing this version's rollout (kept for compatibility; unused).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub managed_by: Option<String>,
+}
+
+/// One worker group's Deployment in a version.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WorkerGroupStatus {
+    /// The group's name.
+    pub name: String,
+    /// The group's Deployment in this version.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment: Option<ObjectReference>,
+    /// Since when the group's Deployment is Available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub healthy_since: Option<Time>,
 }
 
 /// The version new workflows are meant to go to.

@@ -382,8 +382,29 @@ fn target_deployment(
         }
         return;
     };
+    // Selectors are immutable: a build ID's Deployments stay grouped or ungrouped.
+    let running_grouped = !version.members.is_empty();
+    if running_grouped != spec.has_worker_groups() {
+        plan.blocked = Some(format!(
+            "adding or removing spec.workerGroups requires a new unsafeCustomBuildID: build ID {target:?} already has Deployments"
+        ));
+        return;
+    }
     let custom = spec.worker_options.unsafe_custom_build_id.is_some();
     let groups = spec.group_views();
+    // A group taken out of the spec under the same custom build ID: its Deployment goes, the
+    // version stays (upstream's rule; without a custom ID it is a new version).
+    if custom && running_grouped {
+        let wanted: Vec<&str> = desired
+            .iter()
+            .filter_map(|d| d.metadata.name.as_deref())
+            .collect();
+        for m in &version.members {
+            if !wanted.contains(&m.name.as_str()) {
+                plan.delete_deployments.push(m.name.clone());
+            }
+        }
+    }
     for (want, group) in desired.into_iter().zip(&groups) {
         // Without groups the version is its one Deployment, whatever its name (TWC's); with
         // them, each group's by name (a group added under a custom build ID has none yet).

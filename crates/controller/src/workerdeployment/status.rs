@@ -251,6 +251,24 @@ fn promote(state: &mut DeploymentState, build: &str, now: SystemTime) {
 
 fn base(observed: &Observed, build: &str, namespace: &str) -> BaseWorkerDeploymentVersion {
     let d = observed.deployments.get(build);
+    let reference = |name: &str| ObjectReference {
+        api_version: Some("apps/v1".into()),
+        kind: Some("Deployment".into()),
+        name: Some(name.to_string()),
+        namespace: Some(namespace.to_string()),
+        ..Default::default()
+    };
+    // With worker groups, each group's Deployment; the top-level one stays empty (upstream:
+    // it means the default group).
+    let groups: Vec<twc_api::WorkerGroupStatus> = d
+        .iter()
+        .flat_map(|d| d.members.iter())
+        .map(|m| twc_api::WorkerGroupStatus {
+            name: m.group.clone(),
+            deployment: Some(reference(&m.name)),
+            healthy_since: m.available_since.and_then(time),
+        })
+        .collect();
     BaseWorkerDeploymentVersion {
         build_id: build.to_string(),
         status: observed
@@ -260,13 +278,10 @@ fn base(observed: &Observed, build: &str, namespace: &str) -> BaseWorkerDeployme
             .map(|v| v.status)
             .unwrap_or(VersionStatus::NotRegistered),
         healthy_since: d.and_then(|d| d.available_since).and_then(time),
-        deployment: d.map(|d| ObjectReference {
-            api_version: Some("apps/v1".into()),
-            kind: Some("Deployment".into()),
-            name: Some(d.name.clone()),
-            namespace: Some(namespace.to_string()),
-            ..Default::default()
-        }),
+        deployment: d
+            .filter(|d| d.members.is_empty())
+            .map(|d| reference(&d.name)),
+        worker_groups: groups,
         task_queues: Vec::new(),
         managed_by: None,
     }
@@ -440,15 +455,37 @@ fn rollout_conditions(
                 (None, None) => format!("waiting for workers of buildID {build} to poll Temporal"),
             },
         ),
-        _ => (
-            "False",
-            "True",
-            reason::WAITING_FOR_PROMOTION,
-            match blocked {
-                Some(b) => format!("buildID {build} is registered; {b}"),
-                None => format!("buildID {build} is registered and waiting for promotion"),
-            },
-        ),
+        _ => {
+            // Upstream's words for a grouped target some of whose groups are not up yet.
+            let pending: Vec<&str> = target
+                .base
+                .worker_groups
+                .iter()
+                .filter(|g| g.healthy_since.is_none())
+                .map(|g| g.name.as_str())
+                .collect();
+            if pending.is_empty() {
+                (
+                    "False",
+                    "True",
+                    reason::WAITING_FOR_PROMOTION,
+                    match blocked {
+                        Some(b) => format!("buildID {build} is registered; {b}"),
+                        None => format!("buildID {build} is registered and waiting for promotion"),
+                    },
+                )
+            } else {
+                (
+                    "False",
+                    "True",
+                    reason::WAITING_FOR_POLLERS,
+                    format!(
+                        "Target version {build} is registered but these groups are not available yet: {}",
+                        pending.join(", ")
+                    ),
+                )
+            }
+        }
     };
     if plan.controls.paused && progressing == "True" {
         let message = format!(

@@ -26,13 +26,24 @@ fn name(group: &str, build: &str) -> String {
 
 impl World {
     /// `build`'s version runs one Deployment per group (name, spec.replicas), each as
-    /// [`World::deployment`] makes one.
-    fn groups(mut self, build: &str, groups: &[(&str, Option<i32>)]) -> Self {
+    /// [`World::deployment`] makes one, with the template `wd` gives the group (if it has it).
+    fn groups(
+        mut self,
+        wd: &WorkerDeployment,
+        build: &str,
+        groups: &[(&str, Option<i32>)],
+    ) -> Self {
         self = self.deployment(build, Some(1));
         let base = self.observed.deployments.remove(build).unwrap_or_default();
         let members = groups
             .iter()
             .map(|(group, replicas)| ObservedDeployment {
+                template_digest: wd
+                    .spec
+                    .group_views()
+                    .iter()
+                    .find(|g| g.name == *group)
+                    .map(|g| build_id::template_digest(g.template)),
                 name: name(group, build),
                 group: group.to_string(),
                 spec_replicas: *replicas,
@@ -99,7 +110,11 @@ fn each_group_scales_to_its_own_replicas_and_only_a_drifted_one_is_reapplied() {
     let wd = grouped("AllAtOnce", "v1");
     let target = target_build_id(&wd);
     let running = world(&wd)
-        .groups(&target, &[("activities", Some(1)), ("workflows", Some(2))])
+        .groups(
+            &wd,
+            &target,
+            &[("activities", Some(1)), ("workflows", Some(2))],
+        )
         .version(&target, Current)
         .current(&target);
     let p = plan(&wd, &conn(), &me(), &running.clone().build());
@@ -124,10 +139,14 @@ fn an_old_grouped_version_is_scaled_down_and_deleted_as_one() {
     let target = target_build_id(&wd);
     let old = "v1-0123456789";
     let base = world(&wd)
-        .groups(&target, &[("activities", Some(3)), ("workflows", Some(2))])
+        .groups(
+            &wd,
+            &target,
+            &[("activities", Some(3)), ("workflows", Some(2))],
+        )
         .version(&target, Current)
         .current(&target)
-        .groups(old, &[("activities", Some(3)), ("workflows", Some(2))]);
+        .groups(&wd, old, &[("activities", Some(3)), ("workflows", Some(2))]);
     let both = |b: &str| {
         let mut n = vec![name("activities", b), name("workflows", b)];
         n.sort();
@@ -181,7 +200,11 @@ fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
     let wd = grouped("AllAtOnce", "v2");
     let target = target_build_id(&wd);
     let registered = world(&wd)
-        .groups(&target, &[("activities", Some(3)), ("workflows", Some(2))])
+        .groups(
+            &wd,
+            &target,
+            &[("activities", Some(3)), ("workflows", Some(2))],
+        )
         .version("old", Current)
         .version(&target, Inactive)
         .current("old");
@@ -189,4 +212,51 @@ fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
     assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
     let one_down = registered.edit_group(&target, "workflows", |m| m.available_since = None);
     assert_eq!(plan(&wd, &conn(), &me(), &one_down.build()).routing, None);
+}
+
+/// Under one custom build ID (upstream's in-place rules): an added group gets its Deployment in
+/// the same version, a removed one's Deployment goes while the version stays, and switching
+/// between grouped and ungrouped is refused (selectors are immutable) with upstream's message.
+#[test]
+fn a_custom_build_id_changes_groups_in_place_but_never_switches_form() {
+    use VersionStatus::Current;
+    let mut spec = grouped("AllAtOnce", "v1");
+    spec.spec.worker_options.unsafe_custom_build_id = Some("release-7".into());
+    let running = world(&spec)
+        .groups(
+            &spec,
+            "release-7",
+            &[("activities", Some(3)), ("gpu", Some(1))],
+        )
+        .version("release-7", Current)
+        .current("release-7");
+    let p = plan(&spec, &conn(), &me(), &running.clone().build());
+    assert_eq!(p.target_build_id, "release-7");
+    let applied: Vec<_> = p
+        .apply
+        .iter()
+        .filter_map(|d| d.metadata.name.clone())
+        .collect();
+    assert_eq!(
+        applied,
+        vec![name("workflows", "release-7")],
+        "the added group"
+    );
+    assert_eq!(
+        p.delete_deployments,
+        vec![name("gpu", "release-7")],
+        "the removed group"
+    );
+    assert!(p.delete_versions.is_empty());
+
+    let mut ungrouped = wd("AllAtOnce", "w:v1");
+    ungrouped.spec.worker_options.unsafe_custom_build_id = Some("release-7".into());
+    let p = plan(&ungrouped, &conn(), &me(), &running.build());
+    assert!(p.apply.is_empty() && p.delete_deployments.is_empty());
+    assert_eq!(
+        p.blocked.as_deref(),
+        Some(
+            "adding or removing spec.workerGroups requires a new unsafeCustomBuildID: build ID \"release-7\" already has Deployments"
+        )
+    );
 }
