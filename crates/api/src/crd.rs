@@ -339,11 +339,6 @@ pub const CEL_RULES: &[(&str, &str, &str)] = &[
     ),
     (
         "workerdeployments",
-        "false",
-        "spec.workerGroups is not supported yet: run one WorkerDeployment per group of workers",
-    ),
-    (
-        "workerdeployments",
         "self != 'default'",
         "group name default is reserved",
     ),

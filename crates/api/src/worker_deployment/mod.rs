@@ -125,14 +125,13 @@ pub struct WorkerDeploymentSpec {
     pub deployment: Option<VersionedDeploymentSpec>,
 
     /// Several groups of workers per version (TWC's worker groups): each version runs one
-    /// Deployment per group, all under one build ID, rolled out, ramped and retired together.
-    /// Not supported yet: refused (a rule) until the controller runs groups; run one
-    /// WorkerDeployment per group of workers meanwhile. 1 to 10 groups, names unique; not with
-    /// `deployment` or `template`.
+    /// Deployment per group (a workflow worker, an activity worker with GPUs, ...), all under
+    /// one build ID computed over every group's template, rolled out, ramped, promoted, drained
+    /// and retired together. A version is healthy only when every group's Deployment is
+    /// available. 1 to 10 groups, names unique; not with `deployment` or `template`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = 10))]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["name"]))]
-    #[x_kube(validation = Rule::new("false").message("spec.workerGroups is not supported yet: run one WorkerDeployment per group of workers"))]
     pub worker_groups: Option<Vec<WorkerGroup>>,
 
     /// How new workflow executions move to the target version.

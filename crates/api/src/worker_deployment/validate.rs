@@ -163,10 +163,44 @@ impl WorkerDeploymentSpec {
                 );
             }
         }
-        if self.worker_groups.is_some() {
+        for g in self.worker_groups.iter().flatten() {
+            let field = format!("spec.workerGroups[{}]", g.name);
+            match serde_json::to_value(&g.deployment.template) {
+                Ok(v) => {
+                    if let Err(e) = twc_gocompat::pod_template_spec(&v) {
+                        err(
+                            &format!("{field}.deployment.template.{}", e.path),
+                            e.message,
+                        );
+                    }
+                }
+                Err(e) => err(&format!("{field}.deployment.template"), e.to_string()),
+            }
+            if g.name == super::DEFAULT_GROUP {
+                err(
+                    &format!("{field}.name"),
+                    "group name default is reserved".into(),
+                );
+            }
+            if g.deployment.paused == Some(true) {
+                err(
+                    &format!("{field}.deployment.paused"),
+                    "not supported: a paused Deployment never starts a version's pods".into(),
+                );
+            }
+            if let Some(strategy) = &g.deployment.strategy {
+                for (f, message) in super::deployment_strategy::problems(strategy) {
+                    err(&format!("{field}.deployment.strategy.{f}"), message);
+                }
+            }
+        }
+        if self.has_worker_groups()
+            && (self.deployment.is_some()
+                || !super::deployment_spec::is_empty_template(&self.template))
+        {
             err(
                 "spec.workerGroups",
-                "not supported yet: run one WorkerDeployment per group of workers".into(),
+                "workerGroups cannot be combined with deployment or template".into(),
             );
         }
         let strategy = match &self.deployment {
@@ -341,6 +375,28 @@ mod tests {
                 "spec.deployment.paused",
                 "spec.deployment.progressDeadlineSeconds",
                 "spec.deployment.strategy.type",
+            ]
+        );
+    }
+
+    /// Each group is checked as `spec.deployment` is, named by its group.
+    #[test]
+    fn each_worker_group_is_checked_and_named() {
+        let mut s = spec();
+        s.worker_groups = serde_json::from_value(serde_json::json!([
+            {"name": "workflows", "deployment": {"template": {"spec": {"containers": [
+                {"name": "w", "image": "w:1"}]}}}},
+            {"name": "default", "deployment": {"paused": true, "template": {"spec": {"containers": [
+                {"name": "w", "image": "w:1", "resources": {"limits": {"cpu": "lots"}}}]}}}},
+        ]))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let fields: Vec<String> = s.validate().into_iter().map(|e| e.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.workerGroups[default].deployment.template.spec.containers[0].resources.limits.cpu",
+                "spec.workerGroups[default].name",
+                "spec.workerGroups[default].deployment.paused",
             ]
         );
     }

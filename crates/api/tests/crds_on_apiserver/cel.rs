@@ -138,15 +138,6 @@ async fn every_cel_rule_rejects_bad_input_and_accepts_good_input() -> TestResult
             "one of deployment, template or workerGroups must be set",
         ),
         (
-            "TWC's spec.workerGroups (not supported yet)",
-            set(
-                minimal_wd("g"),
-                "spec/workerGroups",
-                json!([{"name": "a", "deployment": {"template": {}}}]),
-            ),
-            "spec.workerGroups is not supported yet",
-        ),
-        (
             "binary/protobuf without messageType",
             set(
                 minimal_wd("e1"),

@@ -83,8 +83,7 @@ async fn spec_deployment_is_refused_only_where_a_rule_says_why() -> TestResult {
     for (case, v, expected) in cases {
         assert_rejected(&wds, case, v, expected).await;
     }
-    // Worker groups: upstream's rules and limits (the groups themselves are refused until the
-    // controller runs them, with their own message, checked in cel.rs).
+    // Worker groups: upstream's rules and limits.
     let group = |name: &str| json!({"name": name, "deployment": {"template": {}}});
     let groups = |list: Value| {
         let mut v = minimal_wd("groups");
@@ -136,6 +135,21 @@ async fn spec_deployment_is_refused_only_where_a_rule_says_why() -> TestResult {
     for (case, v, expected) in group_cases {
         assert_rejected(&wds, case, v, expected).await;
     }
+    let two = create(
+        &wds,
+        groups(json!([
+            {"name": "workflows", "deployment": {"replicas": 1, "template": {"spec":
+                {"containers": [{"name": "w", "image": "orders:1"}]}}}},
+            {"name": "gpu-activities", "deployment": {"template": {"spec":
+                {"containers": [{"name": "a", "image": "orders:1"}]}},
+                "strategy": {"type": "Recreate"}}},
+        ])),
+    )
+    .await?;
+    assert_eq!(
+        two.data["spec"]["workerGroups"][1]["name"],
+        "gpu-activities"
+    );
     // A DeploymentSpec copied whole from a Deployment is taken as written (its selector is
     // ignored by the controller, not refused), and the deprecated fields beside it are let be.
     let whole = json!({
