@@ -9,9 +9,7 @@ use serde_json::Value;
 
 /// TWC status fields this controller does not write (it records the connection it acted on as
 /// `{kind, name}`).
-const STATUS_NOT_WRITTEN: &[&str] = &[
-    "status.observedConnectionRef.objectRef",
-];
+const STATUS_NOT_WRITTEN: &[&str] = &["status.observedConnectionRef.objectRef"];
 
 /// Our CRDs' `openAPIV3Schema`, by kind.
 fn ours() -> Vec<(String, Value)> {

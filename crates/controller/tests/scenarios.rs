@@ -15,6 +15,8 @@ mod conditions;
 mod deletion;
 #[path = "scenarios/gates.rs"]
 mod gates;
+#[path = "scenarios/groups.rs"]
+mod groups;
 #[path = "scenarios/guard.rs"]
 mod guard;
 #[path = "scenarios/harness.rs"]
@@ -146,6 +148,7 @@ scenarios! {
         rollout::manual_rollout_custom_build_expect_rolling_update,
     deployment_strategy_reaches_every_version =>
         rollout::deployment_strategy_reaches_every_version,
+    worker_groups_roll_out_as_one_version => groups::worker_groups_roll_out_as_one_version,
     spec_deployment_takes_over_from_spec_template_without_a_new_version =>
         rollout::spec_deployment_takes_over_from_spec_template_without_a_new_version,
     a_version_that_never_served_waits_for_its_workflows_then_is_retired =>

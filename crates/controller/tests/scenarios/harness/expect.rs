@@ -61,7 +61,7 @@ impl Expect {
                 t.base.build_id, t.base.status, self.target_or
             ));
         }
-        if *status != VersionStatus::NotRegistered && t.base.deployment.is_none() {
+        if *status != VersionStatus::NotRegistered && !has_deployment(&t.base) {
             return Some("target has no Deployment".into());
         }
         let got_ramp = t.ramp_percentage;
@@ -78,7 +78,7 @@ impl Expect {
             return Some(format!("current {current:?}, expected {:?}", self.current));
         }
         if let Some(c) = &s.current_version
-            && (c.base.status != VersionStatus::Current || c.base.deployment.is_none())
+            && (c.base.status != VersionStatus::Current || !has_deployment(&c.base))
         {
             return Some(format!(
                 "current {} is {:?}",
@@ -97,7 +97,7 @@ impl Expect {
             return Some(format!("deprecated {got:?}, expected {want:?}"));
         }
         for d in &s.deprecated_versions {
-            if d.base.deployment.is_none() {
+            if !has_deployment(&d.base) {
                 return Some(format!("deprecated {} has no Deployment", d.base.build_id));
             }
             let drained = d.base.status == VersionStatus::Drained;
@@ -110,6 +110,11 @@ impl Expect {
         }
         None
     }
+}
+
+/// Whether the status names the version's Deployment (its groups', with worker groups).
+fn has_deployment(v: &twc_api::BaseWorkerDeploymentVersion) -> bool {
+    v.deployment.is_some() || !v.worker_groups.is_empty()
 }
 
 /// The `eligibleForDeletion` flags of the deprecated versions, by build ID.
