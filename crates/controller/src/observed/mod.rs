@@ -141,8 +141,9 @@ pub struct Observed {
     pub temporal: DeploymentState,
     /// What was read about the target version while it is registered and not current.
     pub target: TargetObserved,
-    /// A WorkerResourceTemplate scales the versions (an HPA): it owns their replicas.
-    pub autoscaled: bool,
+    /// The worker groups (`default` without groups) whose Deployments a
+    /// WorkerResourceTemplate scales (an HPA): it owns their replicas.
+    pub autoscaled: std::collections::BTreeSet<String>,
     /// The target's containers that are not ready and say why (listed only while its pods
     /// are not all ready).
     pub target_pods: Vec<PodTrouble>,
@@ -208,7 +209,7 @@ impl Observed {
             deployments: BTreeMap::new(),
             temporal: DeploymentState::default(),
             target: TargetObserved::default(),
-            autoscaled: false,
+            autoscaled: Default::default(),
             target_pods: Vec::new(),
             pods_due: None,
             pollers: None,

@@ -355,8 +355,10 @@ fn target_deployment(
     let state = &observed.temporal;
     let mut desired = deployment::versioned_deployments(wd, target, conn);
     // With an autoscaler, `replicas` is its field: never applied, never scaled to the spec.
-    if observed.autoscaled {
-        for s in desired.iter_mut().filter_map(|d| d.spec.as_mut()) {
+    for (d, group) in desired.iter_mut().zip(spec.group_views()) {
+        if observed.autoscaled.contains(group.name)
+            && let Some(s) = d.spec.as_mut()
+        {
             s.replicas = None;
         }
     }

@@ -34,7 +34,7 @@ pub(super) fn scale_and_sunset(
     // What each Deployment (each group's) should run when active: with an autoscaler,
     // `replicas` is its field, never scaled to the spec.
     let wanted = |m: &ObservedDeployment| {
-        if observed.autoscaled {
+        if observed.autoscaled.contains(&m.group) {
             None
         } else {
             spec.group_replicas(&m.group)

@@ -321,16 +321,22 @@ fn recorded_queues(wd: &WorkerDeployment, build: &str) -> BTreeSet<String> {
         .unwrap_or_default()
 }
 
-/// Whether a WorkerResourceTemplate of `wd` renders a scaler of its versions (an HPA or the
-/// like with `scaleTargetRef`): then the scaler owns their replicas, not the spec.
-fn autoscaled(wd: &WorkerDeployment, templates: &Scoped<twc_api::WorkerResourceTemplate>) -> bool {
+/// The worker groups (`default` without groups) a WorkerResourceTemplate of `wd` renders a
+/// scaler for (an HPA or the like with `scaleTargetRef`): the scaler owns those Deployments'
+/// replicas, not the spec.
+fn autoscaled(
+    wd: &WorkerDeployment,
+    templates: &Scoped<twc_api::WorkerResourceTemplate>,
+) -> std::collections::BTreeSet<String> {
     let name = wd.name_any();
     templates
         .in_namespace(&wd.namespace().unwrap_or_default())
         .iter()
         .filter(|t| t.metadata.deletion_timestamp.is_none())
         .filter(|t| t.spec.worker_deployment_name() == Some(name.as_str()))
-        .any(|t| crate::wrt::render::scales_target(&t.spec.template))
+        .filter(|t| crate::wrt::render::scales_target(&t.spec.template))
+        .map(|t| t.spec.effective_worker_group().to_string())
+        .collect()
 }
 
 /// Reads what the planner needs about `build` beyond `DescribeWorkerDeployment` (see

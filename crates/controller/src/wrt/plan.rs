@@ -147,6 +147,7 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         namespace: &ns,
         worker_deployment: &wd.name,
         temporal_namespace: &wd.temporal_namespace,
+        worker_group: wd.grouped.then(|| wrt.spec.effective_worker_group()),
         owner,
     };
     let previous: BTreeMap<&str, &WorkerResourceTemplateVersionStatus> = wrt

@@ -82,6 +82,9 @@ pub struct Inputs<'a> {
     pub worker_deployment: &'a str,
     /// The WorkerDeployment's Temporal namespace.
     pub temporal_namespace: &'a str,
+    /// The worker group the copies are for, when the WorkerDeployment has groups: its label
+    /// joins the selector labels, so a copy selects that group's pods only.
+    pub worker_group: Option<&'a str>,
     /// The controller owner reference of every rendered object: the template.
     pub owner: OwnerReference,
 }
@@ -184,7 +187,10 @@ pub fn render(
     let Some(obj) = object.as_object_mut() else {
         return Err("spec.template is not an object".into());
     };
-    let selector = selector_labels(inputs.worker_deployment, build_id);
+    let mut selector = selector_labels(inputs.worker_deployment, build_id);
+    if let Some(group) = inputs.worker_group {
+        selector.insert(twc_api::labels::WORKER_GROUP.into(), group.into());
+    }
     if let Some(Value::Object(spec)) = obj.get_mut("spec") {
         if let Some(Value::Object(sel)) = spec.get_mut("selector")
             && is_empty_object(sel.get("matchLabels"))

@@ -4,6 +4,7 @@ use super::*;
 
 fn inputs() -> Inputs<'static> {
     Inputs {
+        worker_group: None,
         namespace: "team-a",
         worker_deployment: "hello",
         temporal_namespace: "orders",
@@ -381,4 +382,26 @@ fn only_a_scale_target_under_spec_makes_an_autoscaler() {
     assert!(!scales_target(&pdb));
     assert!(!scales_target(&vpa));
     assert!(!scales_target(&outside));
+}
+
+/// For a WorkerDeployment with worker groups, a copy selects its group's pods only: the group
+/// label joins the selector labels it fills in.
+#[test]
+fn a_group_copy_selects_that_groups_pods() {
+    let pdb = json!({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+        "spec": {"minAvailable": 1, "selector": {"matchLabels": {}}}});
+    let mut grouped = inputs();
+    grouped.worker_group = Some("gpu");
+    let out =
+        render(&pdb, &grouped, "v1", "hello-gpu-v1-abcd1234").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        out["spec"]["selector"]["matchLabels"],
+        json!({"temporal.io/build-id": "v1", "temporal.io/deployment-name": "hello",
+               "temporal.io/worker-group": "gpu"})
+    );
+    let plain = render(&pdb, &inputs(), "v1", "hello-v1").unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        plain["spec"]["selector"]["matchLabels"],
+        json!({"temporal.io/build-id": "v1", "temporal.io/deployment-name": "hello"})
+    );
 }

@@ -30,7 +30,7 @@ fn grouped(s: &Scenario, tag: &str) -> Value {
     spec
 }
 
-/// Waits until every group's Deployment of `build` runs its replicas, ready.
+/// Waits until every group's Deployment of `build` runs at least its replicas, ready.
 async fn wait_groups(s: &Scenario, build: &str, groups: &[(&str, i32)]) {
     let api = s.deployments();
     for (group, replicas) in groups {
@@ -44,7 +44,7 @@ async fn wait_groups(s: &Scenario, build: &str, groups: &[(&str, i32)]) {
                 if labels.get(group_ids::WORKER_GROUP).map(String::as_str) != Some(*group) {
                     return Err(format!("labels {labels:?}"));
                 }
-                (ready == *replicas)
+                (ready >= *replicas)
                     .then_some(())
                     .ok_or(format!("{ready} ready"))
             }
@@ -52,6 +52,72 @@ async fn wait_groups(s: &Scenario, build: &str, groups: &[(&str, i32)]) {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// A WorkerResourceTemplate with `workerGroup: activities` makes one HPA per version, scaling
+/// that group's Deployment; one without a group is `WorkerGroupNotFound` (a grouped
+/// WorkerDeployment needs it named).
+async fn hpa_for_one_group(s: &Scenario, build: &str) {
+    use k8s_openapi::api::autoscaling::v2::HorizontalPodAutoscaler;
+    use kube::api::{Api, PostParams};
+    use twc_api::WorkerResourceTemplate;
+    let wrts: Api<WorkerResourceTemplate> = Api::namespaced(s.client.clone(), &s.ns);
+    let hpa = |name: &str, group: Option<&str>| -> WorkerResourceTemplate {
+        let mut spec = json!({"workerDeploymentRef": {"name": s.name}, "template": {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "spec": {"scaleTargetRef": {}, "minReplicas": 2, "maxReplicas": 4}}});
+        if let Some(g) = group {
+            spec["workerGroup"] = json!(g);
+        }
+        from_json(
+            json!({"apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
+            "metadata": {"name": name, "namespace": s.ns}, "spec": spec}),
+        )
+    };
+    for t in [
+        hpa("activities-hpa", Some("activities")),
+        hpa("no-group", None),
+    ] {
+        wrts.create(&PostParams::default(), &t)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+    }
+    let name = twc_controller::wrt::render::resource_name(&s.name, "activities-hpa", build);
+    let hpas: Api<HorizontalPodAutoscaler> = Api::namespaced(s.client.clone(), &s.ns);
+    let target = twc_testenv::wait_for(&format!("HPA {name}"), WAIT, || {
+        let (hpas, name) = (hpas.clone(), name.clone());
+        async move {
+            let h = hpas.get(&name).await.map_err(|e| e.to_string())?;
+            Ok::<_, String>(h.spec.map(|s| s.scale_target_ref.name).unwrap_or_default())
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        target,
+        group_ids::deployment_name(&s.name, "activities", build)
+    );
+    let message = twc_testenv::wait_for("no-group: WorkerGroupNotFound", WAIT, || {
+        let wrts = wrts.clone();
+        async move {
+            let t = wrts.get("no-group").await.map_err(|e| e.to_string())?;
+            t.status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == "Ready" && c.reason == "WorkerGroupNotFound")
+                .map(|c| c.message.clone())
+                .ok_or_else(|| format!("{:?}", t.status))
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        message,
+        format!(
+            "WorkerDeployment {:?} uses worker groups; set spec.workerGroup",
+            s.name
+        )
+    );
 }
 
 /// A two-group WorkerDeployment becomes current with both groups' Deployments up, and the
@@ -95,6 +161,7 @@ pub async fn worker_groups_roll_out_as_one_version(w: &'static World) {
         current.base.deployment.is_none(),
         "a grouped version has no single Deployment"
     );
+    hpa_for_one_group(&s, &v1).await;
 
     // One group's template changes: a new version of both groups.
     let mut next = grouped(&s, "v1.0");
@@ -121,5 +188,6 @@ pub async fn worker_groups_roll_out_as_one_version(w: &'static World) {
             .deprecated(&v1, Drained),
     )
     .await;
-    wait_groups(&s, &v2, &[("workflows", 1), ("activities", 2)]).await;
+    // The activity group's replicas are its HPA's now (the spec's 2 no longer applied).
+    wait_groups(&s, &v2, &[("workflows", 1), ("activities", 1)]).await;
 }

@@ -260,3 +260,31 @@ fn a_custom_build_id_changes_groups_in_place_but_never_switches_form() {
         )
     );
 }
+
+/// A scaler (an HPA from a WorkerResourceTemplate) for one group owns that group's replicas
+/// only: the other group keeps the spec's.
+#[test]
+fn a_scaler_of_one_group_owns_only_that_groups_replicas() {
+    let wd = grouped("AllAtOnce", "v1");
+    let mut w = world(&wd);
+    w.observed.autoscaled.insert("activities".into());
+    let p = plan(&wd, &conn(), &me(), &w.build());
+    let target = p.target_build_id.clone();
+    let mut made: Vec<(String, Option<i32>)> = p
+        .apply
+        .iter()
+        .map(|d| {
+            (
+                d.metadata.name.clone().unwrap_or_default(),
+                d.spec.as_ref().and_then(|s| s.replicas),
+            )
+        })
+        .collect();
+    made.sort();
+    let mut expected = vec![
+        (name("activities", &target), None),
+        (name("workflows", &target), Some(2)),
+    ];
+    expected.sort();
+    assert_eq!(made, expected);
+}

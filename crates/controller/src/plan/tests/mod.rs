@@ -149,7 +149,9 @@ impl World {
 
     /// A WorkerResourceTemplate scales the versions (an HPA).
     fn autoscaled(mut self) -> Self {
-        self.observed.autoscaled = true;
+        self.observed
+            .autoscaled
+            .insert(twc_api::DEFAULT_GROUP.into());
         self
     }
 
