@@ -24,6 +24,22 @@ fn name(group: &str, build: &str) -> String {
     group_ids::deployment_name("w", group, build)
 }
 
+/// The Deployments a plan applies, with their replicas, sorted by name.
+fn applied(p: &Plan) -> Vec<(String, Option<i32>)> {
+    let mut made: Vec<(String, Option<i32>)> = p
+        .apply
+        .iter()
+        .map(|d| {
+            (
+                d.metadata.name.clone().unwrap_or_default(),
+                d.spec.as_ref().and_then(|s| s.replicas),
+            )
+        })
+        .collect();
+    made.sort();
+    made
+}
+
 impl World {
     /// `build`'s version runs one Deployment per group (name, spec.replicas), each as
     /// [`World::deployment`] makes one, with the template `wd` gives the group (if it has it).
@@ -81,17 +97,7 @@ fn a_new_grouped_version_gets_one_deployment_per_group() {
     let wd = grouped("AllAtOnce", "v1");
     let p = plan(&wd, &conn(), &me(), &world(&wd).build());
     let target = p.target_build_id.clone();
-    let mut made: Vec<(String, Option<i32>)> = p
-        .apply
-        .iter()
-        .map(|d| {
-            (
-                d.metadata.name.clone().unwrap_or_default(),
-                d.spec.as_ref().and_then(|s| s.replicas),
-            )
-        })
-        .collect();
-    made.sort();
+    let made = applied(&p);
     let mut expected = vec![
         (name("activities", &target), Some(3)),
         (name("workflows", &target), Some(2)),
@@ -270,17 +276,7 @@ fn a_scaler_of_one_group_owns_only_that_groups_replicas() {
     w.observed.autoscaled.insert("activities".into());
     let p = plan(&wd, &conn(), &me(), &w.build());
     let target = p.target_build_id.clone();
-    let mut made: Vec<(String, Option<i32>)> = p
-        .apply
-        .iter()
-        .map(|d| {
-            (
-                d.metadata.name.clone().unwrap_or_default(),
-                d.spec.as_ref().and_then(|s| s.replicas),
-            )
-        })
-        .collect();
-    made.sort();
+    let made = applied(&p);
     let mut expected = vec![
         (name("activities", &target), None),
         (name("workflows", &target), Some(2)),
