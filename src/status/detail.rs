@@ -159,10 +159,17 @@ pub fn detail(
             })
             .unwrap_or_else(|| "-".into())
     };
+    // With worker groups, every group's Deployment.
     let deployment = |b: &twc_api::BaseWorkerDeploymentVersion| {
+        let groups: Vec<String> = b
+            .worker_groups
+            .iter()
+            .filter_map(|g| g.deployment.as_ref()?.name.clone())
+            .collect();
         b.deployment
             .as_ref()
             .and_then(|d| d.name.clone())
+            .or_else(|| (!groups.is_empty()).then(|| groups.join(",")))
             .unwrap_or_else(|| "-".into())
     };
     if let Some(t) = &status.target_version {

@@ -399,6 +399,24 @@ mod tests {
         }
     }
 
+    /// A version with worker groups shows each group's Deployment.
+    #[test]
+    fn the_detail_names_every_groups_deployment() {
+        let mut wd = ramping();
+        if let Some(c) = wd.status.as_mut().and_then(|s| s.current_version.as_mut()) {
+            c.base.worker_groups = serde_json::from_value(json!([
+                {"name": "activities", "deployment": {"name": "hello-activities-v1-bbbb-1234abcd"}},
+                {"name": "workflows", "deployment": {"name": "hello-workflows-v1-bbbb-5678abcd"}}
+            ]))
+            .unwrap_or_else(|e| panic!("{e}"));
+        }
+        let text = detail(&wd, &[], &Ok(Default::default()), now());
+        assert!(
+            text.contains("hello-activities-v1-bbbb-1234abcd,hello-workflows-v1-bbbb-5678abcd"),
+            "{text}"
+        );
+    }
+
     #[test]
     fn a_refused_connection_is_what_the_line_and_the_detail_say() {
         let mut wd = ramping();
