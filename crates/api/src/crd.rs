@@ -63,21 +63,19 @@ pub fn worker_deployment() -> CustomResourceDefinition {
         else {
             continue;
         };
-        let template_of = |deployment: &mut JSONSchemaProps| {
-            let properties = deployment.properties.as_mut();
-            for (name, field) in properties.into_iter().flatten() {
+        // A DeploymentSpec's (`spec.deployment`, each worker group's) pod template and strategy.
+        let deployment_spec = |deployment: &mut JSONSchemaProps| {
+            for (name, field) in deployment.properties.iter_mut().flatten() {
                 match name.as_str() {
-                    "template" => {
-                        for child in field.properties.iter_mut().flat_map(|p| p.values_mut()) {
-                            strip_descriptions(child);
-                        }
-                    }
+                    "template" => strip_pod_template(field),
                     "strategy" => bound_amounts(field),
                     _ => {}
                 }
             }
         };
-        spec.get_mut("deployment").map(template_of);
+        if let Some(deployment) = spec.get_mut("deployment") {
+            deployment_spec(deployment);
+        }
         let group = spec
             .get_mut("workerGroups")
             .and_then(|g| match g.items.as_mut() {
@@ -85,11 +83,11 @@ pub fn worker_deployment() -> CustomResourceDefinition {
                 _ => None,
             })
             .and_then(|p| p.get_mut("deployment"));
-        group.map(template_of);
+        if let Some(deployment) = group {
+            deployment_spec(deployment);
+        }
         if let Some(template) = spec.get_mut("template") {
-            for child in template.properties.iter_mut().flat_map(|p| p.values_mut()) {
-                strip_descriptions(child);
-            }
+            strip_pod_template(template);
             // Exclusive with `deployment` by a rule, never filled in: a default `{}` would
             // make "no template" pass it.
             template.default = None;
@@ -117,6 +115,13 @@ fn bound_amounts(strategy: &mut JSONSchemaProps) {
 /// The longest `maxUnavailable`/`maxSurge` a strategy in `spec.deployment` or a worker group
 /// takes, in characters (a count of pods or a percentage).
 pub const MAX_AMOUNT_LENGTH: i64 = 10;
+
+/// A pod template's schema without the descriptions below it (its own stays).
+fn strip_pod_template(template: &mut JSONSchemaProps) {
+    for child in template.properties.iter_mut().flat_map(|p| p.values_mut()) {
+        strip_descriptions(child);
+    }
+}
 
 fn strip_descriptions(schema: &mut JSONSchemaProps) {
     schema.description = None;

@@ -1,7 +1,8 @@
 //! `spec.deployment`: the `apps/v1` DeploymentSpec every versioned Deployment is made from
-//! (TWC's newer form, its PR #564), and the view of the spec that reads either form
-//! ([`WorkerDeploymentSpec::pod_template`] and the methods beside it). Everything that renders
-//! or judges a version reads the spec through these methods, never the deprecated fields.
+//! (TWC's newer form, its PR #564). What renders or judges a version reads the spec through
+//! [`WorkerDeploymentSpec::group_views`] (one view per group, whichever form the spec uses),
+//! [`WorkerDeploymentSpec::pod_template`] and [`WorkerDeploymentSpec::rollout_deadline_seconds`],
+//! never the deprecated fields.
 
 use k8s_openapi::api::apps::v1::DeploymentStrategy;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
@@ -104,91 +105,20 @@ impl WorkerDeploymentSpec {
         }
     }
 
-    /// The path of [`Self::pod_template`] in the spec, for messages.
-    pub fn pod_template_field(&self) -> &'static str {
-        if self.deployment.is_some() {
-            "spec.deployment.template"
-        } else {
-            "spec.template"
-        }
-    }
-
-    /// The replicas of the active versions; None when an autoscaler owns them.
-    pub fn desired_replicas(&self) -> Option<i32> {
-        match &self.deployment {
-            Some(d) => d.replicas,
-            None => self.replicas,
-        }
-    }
-
-    /// Each versioned Deployment's `minReadySeconds`.
-    pub fn min_ready(&self) -> i32 {
-        match &self.deployment {
-            Some(d) => d.min_ready_seconds.unwrap_or(0),
-            None => self.min_ready_seconds,
-        }
-    }
-
     /// The rollout's progress deadline in seconds (0 or less, only possible with the
-    /// deprecated field: none). With worker groups, the longest of the groups'.
+    /// deprecated field: none). With `spec.deployment` or worker groups, the Deployments' own
+    /// (the longest of the groups'; default 600).
     pub fn rollout_deadline_seconds(&self) -> Option<i32> {
-        if self.has_worker_groups() {
-            return self
-                .sorted_worker_groups()
-                .iter()
-                .map(|g| {
-                    g.deployment
-                        .progress_deadline_seconds
-                        .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS)
-                })
-                .max();
+        if self.deployment.is_none() && !self.has_worker_groups() {
+            return self.progress_deadline_seconds;
         }
-        match &self.deployment {
-            Some(d) => Some(
-                d.progress_deadline_seconds
-                    .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS),
-            ),
-            None => self.progress_deadline_seconds,
-        }
-    }
-
-    /// What each versioned Deployment's own `progressDeadlineSeconds` is set to: only
-    /// `deployment.progressDeadlineSeconds` reaches it (the deprecated top-level field is the
-    /// rollout's deadline alone, and the Deployments keep Kubernetes' default, as before).
-    pub fn versioned_progress_deadline_seconds(&self) -> Option<i32> {
-        self.deployment
-            .as_ref()
-            .and_then(|d| d.progress_deadline_seconds)
-    }
-
-    /// Each versioned Deployment's `revisionHistoryLimit` (Kubernetes' default when None).
-    pub fn revision_history_limit(&self) -> Option<i32> {
-        self.deployment
-            .as_ref()
-            .and_then(|d| d.revision_history_limit)
-    }
-
-    /// The strategy every versioned Deployment gets, with `apps/v1`'s defaults filled; None
-    /// (only with the deprecated fields and no `deploymentStrategy`): each keeps its own.
-    pub fn versioned_strategy(&self) -> Option<DeploymentStrategy> {
-        match &self.deployment {
-            Some(d) => Some(deployment_strategy::defaulted(
-                &d.strategy.clone().unwrap_or_default(),
-            )),
-            None => self
-                .deployment_strategy
-                .as_ref()
-                .map(deployment_strategy::defaulted),
-        }
-    }
-
-    /// The path of the strategy [`Self::versioned_strategy`] reads, for messages.
-    pub fn strategy_field(&self) -> &'static str {
-        if self.deployment.is_some() {
-            "spec.deployment.strategy"
-        } else {
-            "spec.deploymentStrategy"
-        }
+        self.group_views()
+            .iter()
+            .map(|g| {
+                g.progress_deadline_seconds
+                    .unwrap_or(DEFAULT_PROGRESS_DEADLINE_SECONDS)
+            })
+            .max()
     }
 }
 
@@ -217,12 +147,15 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(spec.pod_template(), &template("w:1"));
-        assert_eq!(spec.desired_replicas(), Some(3));
-        assert_eq!(spec.min_ready(), 5);
+        let only = &spec.group_views()[0];
+        assert_eq!(only.name, super::super::DEFAULT_GROUP);
+        assert_eq!((only.replicas, only.min_ready_seconds), (Some(3), 5));
         assert_eq!(spec.rollout_deadline_seconds(), Some(0));
-        assert_eq!(spec.versioned_progress_deadline_seconds(), None);
-        assert_eq!(spec.versioned_strategy(), None);
-        assert_eq!(spec.pod_template_field(), "spec.template");
+        assert_eq!(
+            only.progress_deadline_seconds, None,
+            "the top-level deadline is the rollout's alone"
+        );
+        assert_eq!(only.strategy, None, "each Deployment keeps its own");
     }
 
     #[test]
@@ -240,14 +173,14 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(spec.pod_template(), &template("w:2"));
-        assert_eq!(spec.desired_replicas(), None, "autoscaled");
-        assert_eq!(spec.min_ready(), 0);
+        let only = &spec.group_views()[0];
+        assert_eq!(only.replicas, None, "autoscaled");
+        assert_eq!(only.min_ready_seconds, 0);
         assert_eq!(spec.rollout_deadline_seconds(), Some(600));
-        assert_eq!(spec.versioned_progress_deadline_seconds(), None);
+        assert_eq!(only.progress_deadline_seconds, None);
         // apps/v1's defaults, on every versioned Deployment.
-        let strategy = spec.versioned_strategy().unwrap_or_default();
+        let strategy = only.strategy.clone().unwrap_or_default();
         assert_eq!(strategy.type_.as_deref(), Some("RollingUpdate"));
-        assert_eq!(spec.pod_template_field(), "spec.deployment.template");
     }
 
     #[test]

@@ -29,15 +29,29 @@ impl WorkerDeploymentSpec {
                 message,
             })
         };
-        // The template must be one Go decodes: its Go JSON is what the build ID hashes.
-        let template_field = self.pod_template_field();
-        match serde_json::to_value(self.pod_template()) {
-            Ok(v) => {
-                if let Err(e) = twc_gocompat::pod_template_spec(&v) {
-                    err(&format!("{template_field}.{}", e.path), e.message);
+        // Each pod template and Deployment the spec makes, in whichever form it is written.
+        match &self.deployment {
+            Some(d) => deployment_problems(d, "spec.deployment", &mut err),
+            None => {
+                template_problems(&self.template, "spec.template", &mut err);
+                for (field, message) in self
+                    .deployment_strategy
+                    .iter()
+                    .flat_map(super::deployment_strategy::problems)
+                {
+                    err(&format!("spec.deploymentStrategy.{field}"), message);
                 }
             }
-            Err(e) => err(template_field, e.to_string()),
+        }
+        for g in self.worker_groups.iter().flatten() {
+            let field = format!("spec.workerGroups[{}]", g.name);
+            deployment_problems(&g.deployment, &format!("{field}.deployment"), &mut err);
+            if g.name == super::DEFAULT_GROUP {
+                err(
+                    &format!("{field}.name"),
+                    "group name default is reserved".into(),
+                );
+            }
         }
         let step_gates = self.rollout.steps.iter().enumerate().filter_map(|(i, s)| {
             s.gate
@@ -131,8 +145,8 @@ impl WorkerDeploymentSpec {
                 err(field, e);
             }
         }
-        if let Some(d) = &self.deployment {
-            // The CRD's rules, for objects stored before them.
+        // The CRD's rules between the forms, for objects stored before them.
+        if self.deployment.is_some() {
             if !super::deployment_spec::is_empty_template(&self.template) {
                 err(
                     "spec.template",
@@ -145,54 +159,6 @@ impl WorkerDeploymentSpec {
                     "deploymentStrategy cannot be combined with deployment: set deployment.strategy".into(),
                 );
             }
-            if d.paused == Some(true) {
-                err(
-                    "spec.deployment.paused",
-                    "not supported: a paused Deployment never starts a version's pods; pause a rollout with the temporal.io/rollout-paused annotation".into(),
-                );
-            }
-            if let Some(deadline) = d.progress_deadline_seconds
-                && deadline <= d.min_ready_seconds.unwrap_or(0)
-            {
-                err(
-                    "spec.deployment.progressDeadlineSeconds",
-                    format!(
-                        "must be greater than deployment.minReadySeconds ({})",
-                        d.min_ready_seconds.unwrap_or(0)
-                    ),
-                );
-            }
-        }
-        for g in self.worker_groups.iter().flatten() {
-            let field = format!("spec.workerGroups[{}]", g.name);
-            match serde_json::to_value(&g.deployment.template) {
-                Ok(v) => {
-                    if let Err(e) = twc_gocompat::pod_template_spec(&v) {
-                        err(
-                            &format!("{field}.deployment.template.{}", e.path),
-                            e.message,
-                        );
-                    }
-                }
-                Err(e) => err(&format!("{field}.deployment.template"), e.to_string()),
-            }
-            if g.name == super::DEFAULT_GROUP {
-                err(
-                    &format!("{field}.name"),
-                    "group name default is reserved".into(),
-                );
-            }
-            if g.deployment.paused == Some(true) {
-                err(
-                    &format!("{field}.deployment.paused"),
-                    "not supported: a paused Deployment never starts a version's pods".into(),
-                );
-            }
-            if let Some(strategy) = &g.deployment.strategy {
-                for (f, message) in super::deployment_strategy::problems(strategy) {
-                    err(&format!("{field}.deployment.strategy.{f}"), message);
-                }
-            }
         }
         if self.has_worker_groups()
             && (self.deployment.is_some()
@@ -203,15 +169,6 @@ impl WorkerDeploymentSpec {
                 "workerGroups cannot be combined with deployment or template".into(),
             );
         }
-        let strategy = match &self.deployment {
-            Some(d) => d.strategy.as_ref(),
-            None => self.deployment_strategy.as_ref(),
-        };
-        if let Some(strategy) = strategy {
-            for (field, message) in super::deployment_strategy::problems(strategy) {
-                err(&format!("{}.{field}", self.strategy_field()), message);
-            }
-        }
         if self.worker_options.connection_ref.target().is_none() {
             err(
                 "spec.workerOptions.connectionRef",
@@ -219,6 +176,52 @@ impl WorkerDeploymentSpec {
             );
         }
         errors
+    }
+}
+
+/// A pod template must be one Go decodes: its Go JSON is what the build ID hashes.
+fn template_problems(
+    template: &k8s_openapi::api::core::v1::PodTemplateSpec,
+    field: &str,
+    err: &mut impl FnMut(&str, String),
+) {
+    match serde_json::to_value(template) {
+        Ok(v) => {
+            if let Err(e) = twc_gocompat::pod_template_spec(&v) {
+                err(&format!("{field}.{}", e.path), e.message);
+            }
+        }
+        Err(e) => err(field, e.to_string()),
+    }
+}
+
+/// What the CRD's rules refuse in a DeploymentSpec (`spec.deployment` or a worker group's, at
+/// `field`), and its template.
+fn deployment_problems(
+    d: &super::VersionedDeploymentSpec,
+    field: &str,
+    err: &mut impl FnMut(&str, String),
+) {
+    template_problems(&d.template, &format!("{field}.template"), err);
+    if d.paused == Some(true) {
+        err(
+            &format!("{field}.paused"),
+            "not supported: a paused Deployment never starts a version's pods; pause a rollout with the temporal.io/rollout-paused annotation".into(),
+        );
+    }
+    let min_ready = d.min_ready_seconds.unwrap_or(0);
+    if d.progress_deadline_seconds.is_some_and(|s| s <= min_ready) {
+        err(
+            &format!("{field}.progressDeadlineSeconds"),
+            format!("must be greater than deployment.minReadySeconds ({min_ready})"),
+        );
+    }
+    for (f, message) in d
+        .strategy
+        .iter()
+        .flat_map(super::deployment_strategy::problems)
+    {
+        err(&format!("{field}.strategy.{f}"), message);
     }
 }
 
@@ -370,11 +373,11 @@ mod tests {
             fields,
             [
                 "spec.deployment.template.spec.containers[0].resources.limits.cpu",
-                "spec.template",
-                "spec.deploymentStrategy",
                 "spec.deployment.paused",
                 "spec.deployment.progressDeadlineSeconds",
                 "spec.deployment.strategy.type",
+                "spec.template",
+                "spec.deploymentStrategy",
             ]
         );
     }
@@ -386,7 +389,8 @@ mod tests {
         s.worker_groups = serde_json::from_value(serde_json::json!([
             {"name": "workflows", "deployment": {"template": {"spec": {"containers": [
                 {"name": "w", "image": "w:1"}]}}}},
-            {"name": "default", "deployment": {"paused": true, "template": {"spec": {"containers": [
+            {"name": "default", "deployment": {"paused": true, "progressDeadlineSeconds": 5,
+                "minReadySeconds": 5, "template": {"spec": {"containers": [
                 {"name": "w", "image": "w:1", "resources": {"limits": {"cpu": "lots"}}}]}}}},
         ]))
         .unwrap_or_else(|e| panic!("{e}"));
@@ -395,8 +399,9 @@ mod tests {
             fields,
             [
                 "spec.workerGroups[default].deployment.template.spec.containers[0].resources.limits.cpu",
-                "spec.workerGroups[default].name",
                 "spec.workerGroups[default].deployment.paused",
+                "spec.workerGroups[default].deployment.progressDeadlineSeconds",
+                "spec.workerGroups[default].name",
             ]
         );
     }

@@ -13,9 +13,6 @@ use super::VersionedDeploymentSpec;
 /// label), as upstream names it.
 pub const DEFAULT_GROUP: &str = "default";
 
-/// The most groups a WorkerDeployment may have (upstream's `MaxItems`).
-pub const MAX_WORKER_GROUPS: usize = 10;
-
 /// One group of workers: its name and the Deployment each version runs for it.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -55,35 +52,53 @@ pub struct GroupView<'a> {
     pub strategy: Option<DeploymentStrategy>,
 }
 
+impl<'a> GroupView<'a> {
+    /// Group `name` made of DeploymentSpec `d` (`spec.deployment` or a worker group's): every
+    /// field reaches the Deployment, the strategy with `apps/v1`'s defaults.
+    fn of(name: &'a str, d: &'a VersionedDeploymentSpec) -> Self {
+        GroupView {
+            name,
+            template: &d.template,
+            replicas: d.replicas,
+            min_ready_seconds: d.min_ready_seconds.unwrap_or(0),
+            progress_deadline_seconds: d.progress_deadline_seconds,
+            revision_history_limit: d.revision_history_limit,
+            strategy: Some(super::deployment_strategy::defaulted(
+                &d.strategy.clone().unwrap_or_default(),
+            )),
+        }
+    }
+}
+
 impl super::WorkerDeploymentSpec {
     /// Every group's Deployment settings, sorted by group name; one ([`DEFAULT_GROUP`]) for a
     /// WorkerDeployment without groups.
     pub fn group_views(&self) -> Vec<GroupView<'_>> {
-        if !self.has_worker_groups() {
-            return vec![GroupView {
-                name: DEFAULT_GROUP,
-                template: self.pod_template(),
-                replicas: self.desired_replicas(),
-                min_ready_seconds: self.min_ready(),
-                progress_deadline_seconds: self.versioned_progress_deadline_seconds(),
-                revision_history_limit: self.revision_history_limit(),
-                strategy: self.versioned_strategy(),
-            }];
+        if self.has_worker_groups() {
+            return self
+                .sorted_worker_groups()
+                .into_iter()
+                .map(|g| GroupView::of(&g.name, &g.deployment))
+                .collect();
         }
-        self.sorted_worker_groups()
-            .into_iter()
-            .map(|g| GroupView {
-                name: &g.name,
-                template: &g.deployment.template,
-                replicas: g.deployment.replicas,
-                min_ready_seconds: g.deployment.min_ready_seconds.unwrap_or(0),
-                progress_deadline_seconds: g.deployment.progress_deadline_seconds,
-                revision_history_limit: g.deployment.revision_history_limit,
-                strategy: Some(super::deployment_strategy::defaulted(
-                    &g.deployment.strategy.clone().unwrap_or_default(),
-                )),
-            })
-            .collect()
+        vec![match &self.deployment {
+            Some(d) => GroupView::of(DEFAULT_GROUP, d),
+            // The deprecated fields, as before `spec.deployment`: the top-level deadline is
+            // the rollout's alone, and without `deploymentStrategy` each Deployment keeps its
+            // strategy.
+            None => GroupView {
+                name: DEFAULT_GROUP,
+                template: &self.template,
+                replicas: self.replicas,
+                min_ready_seconds: self.min_ready_seconds,
+                progress_deadline_seconds: None,
+                revision_history_limit: None,
+                strategy: self
+                    .deployment_strategy
+                    .as_ref()
+                    .map(super::deployment_strategy::defaulted),
+            },
+        }]
     }
 
     /// Whether the WorkerDeployment runs worker groups.

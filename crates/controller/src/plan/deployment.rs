@@ -339,8 +339,15 @@ pub fn reconnected(
         }
     }
     inject(&mut template, wd, build_id, conn);
-    let mut d = versioned_deployment(wd, build_id, conn);
-    // Its own name and selector (immutable; a worker group's has the group label).
+    // Rendered as its group's (the first, for a group the spec no longer has), then its own
+    // name and selector kept (immutable; a worker group's has the group label).
+    let group = existing
+        .labels()
+        .get(labels::WORKER_GROUP)
+        .map_or(twc_api::DEFAULT_GROUP, String::as_str);
+    let views = wd.spec.group_views();
+    let view = views.iter().find(|g| g.name == group).or(views.first())?;
+    let mut d = group_deployment(wd, view, build_id, conn);
     d.metadata.name = existing.metadata.name.clone();
     d.metadata.labels = spec.selector.match_labels.clone();
     if let Some(new_spec) = d.spec.as_mut() {

@@ -529,3 +529,54 @@ fn renders_upstreams_deployments() {
     }
     assert_eq!(seen, (3, 13));
 }
+
+/// A worker group's Deployment moved to a new connection stays that group's: its name,
+/// selector and group label, its replicas, and the settings of its own group (not the first
+/// group's).
+#[test]
+fn a_groups_deployment_is_reconnected_as_that_group() {
+    let mut grouped = wd();
+    grouped.spec.template = Default::default();
+    grouped.spec.worker_groups = Some(
+        serde_json::from_value(json!([
+            {"name": "activities", "deployment": {"replicas": 3, "revisionHistoryLimit": 1,
+                "template": {"spec": {"containers": [{"name": "a", "image": "a:1"}]}}}},
+            {"name": "workflows", "deployment": {"replicas": 1, "revisionHistoryLimit": 7,
+                "template": {"spec": {"containers": [{"name": "w", "image": "w:1"}]}}}},
+        ]))
+        .unwrap_or_else(|e| panic!("{e}")),
+    );
+    let old = ConnectionSpec {
+        host_port: "old:7233".into(),
+        ..Default::default()
+    };
+    let new = ConnectionSpec {
+        host_port: "new:7233".into(),
+        ..Default::default()
+    };
+    let views = grouped.spec.group_views();
+    let workflows = views
+        .iter()
+        .find(|g| g.name == "workflows")
+        .unwrap_or_else(|| panic!("no workflows group"));
+    let existing = group_deployment(&grouped, workflows, "b1", &old);
+    let moved = reconnected(&existing, &grouped, "b1", &new).unwrap_or_else(|| panic!("none"));
+    assert_eq!(moved.metadata.name, existing.metadata.name);
+    assert_eq!(
+        moved.metadata.labels.clone().unwrap_or_default()[labels::WORKER_GROUP],
+        "workflows"
+    );
+    let (was, now) = (
+        existing.spec.clone().unwrap_or_default(),
+        moved.spec.clone().unwrap_or_default(),
+    );
+    assert_eq!(now.selector, was.selector);
+    assert_eq!(
+        (now.replicas, now.revision_history_limit),
+        (Some(1), Some(7))
+    );
+    assert_eq!(
+        env_of(&moved)["TEMPORAL_ADDRESS"].value.as_deref(),
+        Some("new:7233")
+    );
+}

@@ -264,8 +264,9 @@ pub fn assess(wd: &WorkerDeployment, target: &str, observed: &Observed) -> Guard
         .as_ref()
         .filter(|a| a.verdict == AnalysisVerdict::Running)
         .map(|_| now + ANALYSIS_EVERY);
-    let stopped =
-        d.is_some_and(|d| d.spec_replicas == Some(0)) && wd.spec.desired_replicas() == Some(0);
+    // Scaled to zero on purpose: every group's Deployment, as the spec asks.
+    let stopped = d.is_some_and(|d| d.spec_replicas == Some(0))
+        && wd.spec.group_views().iter().all(|g| g.replicas == Some(0));
     let mut deadline_at = None;
     let found = if carried.is_some() {
         None

@@ -53,7 +53,9 @@ pub fn of_applied(wd: &WorkerDeployment, target: &str, applied: &Applied) -> Vec
                 format!("created Deployment {deployment} for buildID {target}"),
             )),
             Done::Resettled { deployment, fields } => {
-                let from = if wd.spec.deployment.is_some() {
+                let from = if wd.spec.has_worker_groups() {
+                    "spec.workerGroups"
+                } else if wd.spec.deployment.is_some() {
                     "spec.deployment"
                 } else {
                     "spec.deploymentStrategy"

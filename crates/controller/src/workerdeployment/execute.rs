@@ -178,20 +178,15 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         });
     }
     for build in &plan.reconnect {
-        // Every Deployment of the version (one per worker group). The cache keeps only part of
-        // a Deployment (`children::CachedDeployment`): the whole one is read, as the apiserver
-        // has it now.
-        let names: Vec<String> = ctx
+        // Every Deployment of the version (one per worker group), as observed. The cache keeps
+        // only part of a Deployment (`children::CachedDeployment`): the whole one is read, as
+        // the apiserver has it now.
+        let names = observed
             .deployments
-            .in_namespace(&ns)
+            .get(build)
             .into_iter()
-            .filter(|d| {
-                plan::deployment::is_owned_by(d.as_ref(), wd)
-                    && d.labels().get(twc_api::labels::BUILD_ID) == Some(build)
-            })
-            .map(|d| d.name_any())
-            .collect();
-        for name in names {
+            .flat_map(|v| v.each());
+        for name in names.map(|m| m.name.as_str()) {
             // (A list by name: the controller's RBAC has list, not get, on Deployments.)
             let by_name = ListParams::default().fields(&format!("metadata.name={name}"));
             let existing = deployments

@@ -25,10 +25,16 @@ pub struct ObservedWorkerDeployment {
     pub temporal_namespace: String,
     /// Its worker groups by name (`default` alone without `spec.workerGroups`).
     pub groups: Vec<String>,
-    /// Whether it has `spec.workerGroups`.
-    pub grouped: bool,
     /// Its controller owner reference (to put on the template).
     pub owner: OwnerReference,
+}
+
+impl ObservedWorkerDeployment {
+    /// Whether it has `spec.workerGroups` (`default`, its one group otherwise, is a name no
+    /// group may have).
+    pub fn grouped(&self) -> bool {
+        self.groups.iter().all(|g| g != twc_api::DEFAULT_GROUP)
+    }
 }
 
 /// Everything the planner looks at besides the template.
@@ -147,7 +153,7 @@ pub fn plan(wrt: &WorkerResourceTemplate, observed: &Observed) -> Plan {
         namespace: &ns,
         worker_deployment: &wd.name,
         temporal_namespace: &wd.temporal_namespace,
-        worker_group: wd.grouped.then(|| wrt.spec.effective_worker_group()),
+        worker_group: wd.grouped().then(|| wrt.spec.effective_worker_group()),
         owner,
     };
     let previous: BTreeMap<&str, &WorkerResourceTemplateVersionStatus> = wrt
@@ -202,7 +208,7 @@ fn group_problem(
     observed: &Observed,
 ) -> Option<Problem> {
     let group = wrt.spec.effective_worker_group();
-    let message = if wd.grouped && wrt.spec.worker_group.as_deref().is_none_or(str::is_empty) {
+    let message = if wd.grouped() && wrt.spec.worker_group.as_deref().is_none_or(str::is_empty) {
         format!(
             "WorkerDeployment {:?} uses worker groups; set spec.workerGroup",
             wd.name

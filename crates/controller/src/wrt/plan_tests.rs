@@ -40,7 +40,6 @@ fn observed(builds: &[&str]) -> Observed {
             name: "hello".into(),
             temporal_namespace: "orders".into(),
             groups: vec![twc_api::DEFAULT_GROUP.into()],
-            grouped: false,
             owner: wd_owner(),
         }),
         versions: builds
@@ -469,7 +468,6 @@ fn a_worker_group_the_worker_deployment_lacks_is_named_and_nothing_applied() {
     let mut grouped = o.clone();
     if let Some(wd) = grouped.worker_deployment.as_mut() {
         wd.groups = vec!["gpu".into(), "workflows".into()];
-        wd.grouped = true;
     }
     assert!(plan(&t, &grouped).problem.is_none());
     let mut old = grouped.clone();

@@ -220,7 +220,6 @@ async fn observe(wrt: &WorkerResourceTemplate, ctx: &Context) -> (Observed, Opti
             .iter()
             .map(|g| g.name.to_string())
             .collect(),
-        grouped: full.spec.has_worker_groups(),
         owner,
     });
     let group = wrt.spec.effective_worker_group();

@@ -187,10 +187,13 @@ pub fn render(
     let Some(obj) = object.as_object_mut() else {
         return Err("spec.template is not an object".into());
     };
-    let mut selector = selector_labels(inputs.worker_deployment, build_id);
-    if let Some(group) = inputs.worker_group {
-        selector.insert(twc_api::labels::WORKER_GROUP.into(), group.into());
-    }
+    // The selector of the Deployment the copy is for: its group's, with groups.
+    let selector = match inputs.worker_group {
+        Some(group) => {
+            crate::plan::group_ids::selector_labels(inputs.worker_deployment, group, build_id)
+        }
+        None => selector_labels(inputs.worker_deployment, build_id),
+    };
     if let Some(Value::Object(spec)) = obj.get_mut("spec") {
         if let Some(Value::Object(sel)) = spec.get_mut("selector")
             && is_empty_object(sel.get("matchLabels"))

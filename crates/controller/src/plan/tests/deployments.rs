@@ -268,18 +268,13 @@ fn no_new_version_while_too_many_cannot_be_deleted() {
 /// none being deleted.
 #[test]
 fn the_deployment_strategy_is_set_on_every_version_that_differs() {
-    use VersionStatus::{Current, Draining};
     use k8s_openapi::api::apps::v1::{DeploymentStrategy, RollingUpdateDeployment};
     use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
     let mut wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
     let world = |wd: &WorkerDeployment| {
         world(wd)
-            .deployment(&target, Some(1))
-            .version(&target, Current)
-            .current(&target)
-            .deployment("draining", Some(1))
-            .version("draining", Draining)
+            .current_beside_draining(&target)
             .deployment("gone", Some(1))
             .no_ready_pods("gone")
             .build()
@@ -325,18 +320,9 @@ fn the_deployment_strategy_is_set_on_every_version_that_differs() {
 /// made, never patched after).
 #[test]
 fn spec_deployment_settings_reach_every_version() {
-    use VersionStatus::{Current, Draining};
     let mut wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
-    let world = |wd: &WorkerDeployment| {
-        world(wd)
-            .deployment(&target, Some(1))
-            .version(&target, Current)
-            .current(&target)
-            .deployment("draining", Some(1))
-            .version("draining", Draining)
-            .build()
-    };
+    let world = |wd: &WorkerDeployment| world(wd).current_beside_draining(&target).build();
     wd.spec.min_ready_seconds = 9;
     assert!(plan(&wd, &conn(), &me(), &world(&wd)).settings.is_empty());
     let template = std::mem::take(&mut wd.spec.template);
@@ -495,5 +481,17 @@ fn an_auth_mode_or_api_key_key_change_rolls_the_running_versions() {
     for c in [&mtls, &api_key("k")] {
         let p = plan(&other, c, &me(), &running_on(c));
         assert_eq!(rolled(&p), (0, vec![]), "{c:?}");
+    }
+}
+
+impl World {
+    /// `target` running and current, beside an older version `draining` that still runs.
+    fn current_beside_draining(self, target: &str) -> Self {
+        use VersionStatus::{Current, Draining};
+        self.deployment(target, Some(1))
+            .version(target, Current)
+            .current(target)
+            .deployment("draining", Some(1))
+            .version("draining", Draining)
     }
 }
