@@ -83,10 +83,16 @@ pub async fn deletion_removes_connection_finalizer(w: &'static World) {
 /// How long the pinned workflow of [`deletion_waits_for_pinned_workflows`] sleeps.
 const PINNED_SECONDS: u64 = 20;
 
-/// Starts workflow `pinned-on-v1` (sleeping [`PINNED_SECONDS`]) in the scenario's Temporal
-/// namespace, and waits for its first workflow task to pin it to the current version.
-async fn start_pinned(s: &Scenario) {
-    let seconds = PINNED_SECONDS.to_string();
+/// How long the pinned workflow of
+/// [`deletion_waits_for_pinned_workflows_where_they_were_registered`] sleeps: it must outlive
+/// a move to another Temporal namespace and a new version becoming Current there, which took
+/// more than 20 s on a busy 2-core machine.
+const PINNED_THROUGH_A_MOVE_SECONDS: u64 = 60;
+
+/// Starts workflow `pinned-on-v1` (sleeping `seconds`) in the scenario's Temporal namespace,
+/// and waits for its first workflow task to pin it to the current version.
+async fn start_pinned(s: &Scenario, seconds: u64) {
+    let seconds = seconds.to_string();
     twc_testenv::temporal::start_workflow(
         &s.temporal,
         &s.temporal_ns,
@@ -112,7 +118,7 @@ pub async fn deletion_waits_for_pinned_workflows(w: &'static World) {
     let v1 = s.target_build_id();
     s.wait_status(&Expect::target(&v1, Current).current(&v1))
         .await;
-    start_pinned(&s).await;
+    start_pinned(&s, PINNED_SECONDS).await;
 
     common::delete_wd(&s.client, &s.ns, &s.name).await;
     let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
@@ -143,7 +149,7 @@ pub async fn deletion_waits_for_pinned_workflows_where_they_were_registered(w: &
     s.wait_status(&Expect::target(&v1, Current).current(&v1))
         .await;
     let old_ns = s.temporal_ns.clone();
-    start_pinned(&s).await;
+    start_pinned(&s, PINNED_THROUGH_A_MOVE_SECONDS).await;
 
     // Moved, with a new build: v2 goes to the new namespace, v1 stays with its workflow.
     let new_ns = w
@@ -166,6 +172,14 @@ pub async fn deletion_waits_for_pinned_workflows_where_they_were_registered(w: &
         t.current_build_id.as_ref().is_some_and(|c| *c != v1)
     })
     .await;
+    // What the deletion must wait for is still there (else this test proves nothing).
+    let status = twc_testenv::temporal::workflow_status(&s.temporal, &old_ns, "pinned-on-v1")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        status, "Running",
+        "the pinned workflow ended before the deletion"
+    );
 
     common::delete_wd(&s.client, &s.ns, &s.name).await;
     let message = s.wait_condition(READY, "False", WAITING_FOR_DRAINAGE).await;
@@ -180,9 +194,12 @@ pub async fn deletion_waits_for_pinned_workflows_where_they_were_registered(w: &
         None,
         "new work still goes to v1 in its namespace"
     );
-    s.wait_completed("pinned-on-v1", Duration::from_secs(PINNED_SECONDS) + WAIT)
-        .await
-        .unwrap_or_else(|e| panic!("the pinned workflow did not finish on its version: {e}"));
+    s.wait_completed(
+        "pinned-on-v1",
+        Duration::from_secs(PINNED_THROUGH_A_MOVE_SECONDS) + WAIT,
+    )
+    .await
+    .unwrap_or_else(|e| panic!("the pinned workflow did not finish on its version: {e}"));
     common::wait_wd_gone(&s.client, &s.ns, &s.name, WAIT).await;
     s.wait_gone(&v1).await;
 }
