@@ -17,7 +17,10 @@
 //! for `WORKER_CRASH_AFTER_SECONDS`; `no-poll` stays up without ever polling Temporal (ready
 //! pods, no pollers). `WORKER_FAIL_PERCENT=N` makes about N % of the `Work` workflows fail.
 //! `WORKER_ACTIVITY_SECONDS=N` makes each `Work` workflow run one activity that takes N seconds
-//! (a slow build: its workflows stay open, pinned to it).
+//! (a slow build: its workflows stay open, pinned to it), on the task queue
+//! `WORKER_ACTIVITY_TASK_QUEUE` if set (else the workflow's own). `WORKER_ROLE=activities`
+//! makes an activity-only worker (a worker group of its own): it polls only activities, runs
+//! only `slow`, on its task queue.
 //!
 //! It polls with worker versioning on and Pinned as the default behaviour, and offers:
 //! * `Succeed` - completes at once (a passing gate);
@@ -101,12 +104,11 @@ impl Work {
             .and_then(|v| v.parse().ok())
             .unwrap_or(0);
         if slow > 0 {
-            ctx.execute_activity(
-                SlowActivities::slow,
-                slow,
-                ActivityOptions::start_to_close_timeout(Duration::from_secs(slow + 60)),
-            )
-            .await?;
+            let mut options =
+                ActivityOptions::start_to_close_timeout(Duration::from_secs(slow + 60));
+            options.task_queue = std::env::var("WORKER_ACTIVITY_TASK_QUEUE").ok();
+            ctx.execute_activity(SlowActivities::slow, slow, options)
+                .await?;
         }
         if n.wrapping_mul(37) % 100 < percent {
             Err(
@@ -256,18 +258,27 @@ async fn main() -> anyhow::Result<()> {
         .default_versioning_behavior(VersioningBehavior::Pinned)
         .build()
     };
-    let mut options = WorkerOptions::new(task_queue.clone())
-        .deployment_options(deployment_options)
-        .register_workflow::<Succeed>()?
-        .register_workflow::<Fail>()?
-        .register_workflow::<Sleep>()?
-        .register_workflow::<CheckInput>()?
-        .register_workflow::<Work>()?
-        .build();
-    // Only a slow build polls for activities: every other worker stays a workflow-only
-    // poller, as light on the server as before.
-    if std::env::var("WORKER_ACTIVITY_SECONDS").is_ok_and(|v| v.parse::<u64>().is_ok_and(|n| n > 0))
-    {
+    let activities_only = std::env::var("WORKER_ROLE").is_ok_and(|r| r == "activities");
+    let mut options = if activities_only {
+        WorkerOptions::new(task_queue.clone())
+            .deployment_options(deployment_options)
+            .build()
+    } else {
+        WorkerOptions::new(task_queue.clone())
+            .deployment_options(deployment_options)
+            .register_workflow::<Succeed>()?
+            .register_workflow::<Fail>()?
+            .register_workflow::<Sleep>()?
+            .register_workflow::<CheckInput>()?
+            .register_workflow::<Work>()?
+            .build()
+    };
+    // Only a slow build (or an activity worker) polls for activities: every other worker stays
+    // a workflow-only poller, as light on the server as before.
+    let slow = std::env::var("WORKER_ACTIVITY_SECONDS")
+        .is_ok_and(|v| v.parse::<u64>().is_ok_and(|n| n > 0));
+    let activities_elsewhere = std::env::var("WORKER_ACTIVITY_TASK_QUEUE").is_ok();
+    if activities_only || (slow && !activities_elsewhere) {
         options.register_activities(SlowActivities);
     }
     let mut worker = Worker::new(&runtime, client, options)?;
