@@ -9,6 +9,8 @@
 //! (`hack/image.sh --profile dev`; `hack/test.sh` builds them). When the machine lacks a piece,
 //! every test here fails and names it.
 
+#[path = "real_node/groups.rs"]
+mod groups;
 #[path = "real_node/install.rs"]
 mod install;
 #[path = "real_node/node.rs"]

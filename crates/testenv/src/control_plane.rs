@@ -24,8 +24,11 @@ use crate::{Error, paths};
 pub const CONTROLLERS: &str = "garbagecollector,deployment,replicaset,namespace,serviceaccount,serviceaccount-token,root-ca-cert-publisher";
 
 /// With a real node, also: the Node lifecycle (it lifts the `not-ready` taint a kubelet
-/// registers with, and marks an unresponsive node), taint-based eviction, and EndpointSlices.
-pub const NODE_CONTROLLERS: &str = "nodelifecycle,taint-eviction-controller,endpointslice";
+/// registers with, and marks an unresponsive node), taint-based eviction, EndpointSlices, and
+/// HorizontalPodAutoscalers (no metrics server runs: an HPA holds its target within its
+/// minimum and maximum, which is what a worker group's HPA is tested for).
+pub const NODE_CONTROLLERS: &str =
+    "nodelifecycle,taint-eviction-controller,endpointslice,horizontalpodautoscaling";
 
 const ADMIN_TOKEN_USER: &str = "twc-admin";
 
@@ -317,6 +320,7 @@ impl ControlPlane {
                 "--kube-api-qps=200".into(),
                 "--kube-api-burst=400".into(),
                 "--concurrent-gc-syncs=5".into(),
+                "--horizontal-pod-autoscaler-sync-period=5s".into(),
             ]);
             let kcm = ChildProcess::start(&kcm_spec)?;
             let kcm_log = kcm.log_path().to_path_buf();

@@ -11,6 +11,9 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
     DescribeNamespaceRequest, GetSystemInfoRequest, RegisterNamespaceRequest,
 };
 
+mod workflows;
+pub use workflows::{activity_identities, start_workflow, start_workflow_pinned, workflow_status};
+
 use crate::process::{ChildProcess, Spec, free_ports, log_tail};
 use crate::{Error, paths};
 
@@ -324,112 +327,6 @@ fn prost_duration(d: Duration) -> prost_wkt_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
-}
-
-/// Starts workflow `workflow_type` as `id` on `task_queue`, with an optional JSON argument
-/// (the example worker's `Sleep` takes its seconds, the gates take none).
-pub async fn start_workflow(
-    conn: &Connection,
-    namespace: &str,
-    task_queue: &str,
-    workflow_type: &str,
-    id: &str,
-    json_input: Option<&str>,
-) -> Result<(), Error> {
-    start_workflow_pinned(
-        conn,
-        namespace,
-        task_queue,
-        workflow_type,
-        id,
-        json_input,
-        None,
-    )
-    .await
-}
-
-/// [`start_workflow`], pinned by a versioning override to `pinned` (deployment name, build
-/// ID) when given: it runs there whatever the routing says.
-pub async fn start_workflow_pinned(
-    conn: &Connection,
-    namespace: &str,
-    task_queue: &str,
-    workflow_type: &str,
-    id: &str,
-    json_input: Option<&str>,
-    pinned: Option<(&str, &str)>,
-) -> Result<(), Error> {
-    use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion;
-    use temporalio_common::protos::temporal::api::workflow::v1::VersioningOverride;
-    use temporalio_common::protos::temporal::api::workflow::v1::versioning_override::{
-        Override, PinnedOverride, PinnedOverrideBehavior,
-    };
-    #[allow(deprecated)]
-    let versioning_override = pinned.map(|(deployment, build)| VersioningOverride {
-        r#override: Some(Override::Pinned(PinnedOverride {
-            behavior: PinnedOverrideBehavior::Pinned as i32,
-            version: Some(WorkerDeploymentVersion {
-                deployment_name: deployment.into(),
-                build_id: build.into(),
-            }),
-        })),
-        ..Default::default()
-    });
-    use temporalio_common::protos::temporal::api::common::v1::{Payload, Payloads, WorkflowType};
-    use temporalio_common::protos::temporal::api::taskqueue::v1::TaskQueue;
-    use temporalio_common::protos::temporal::api::workflowservice::v1::StartWorkflowExecutionRequest;
-    let input = json_input.map(|json| Payloads {
-        payloads: vec![Payload {
-            metadata: [("encoding".to_string(), b"json/plain".to_vec())].into(),
-            data: json.as_bytes().to_vec(),
-            ..Default::default()
-        }],
-    });
-    conn.workflow_service()
-        .start_workflow_execution(tonic::Request::new(StartWorkflowExecutionRequest {
-            namespace: namespace.to_string(),
-            workflow_id: id.to_string(),
-            request_id: id.to_string(),
-            workflow_type: Some(WorkflowType {
-                name: workflow_type.into(),
-            }),
-            task_queue: Some(TaskQueue {
-                name: task_queue.into(),
-                ..Default::default()
-            }),
-            input,
-            identity: "twc-testenv".into(),
-            versioning_override,
-            ..Default::default()
-        }))
-        .await
-        .map(|_| ())
-        .map_err(|e| Error::Temporal(format!("start workflow {id}: {}", e.message())))
-}
-
-/// The status of the latest run of workflow `id` (`Running`, `Completed`, `Failed`, ...).
-pub async fn workflow_status(
-    conn: &Connection,
-    namespace: &str,
-    id: &str,
-) -> Result<String, Error> {
-    use temporalio_common::protos::temporal::api::common::v1::WorkflowExecution;
-    use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkflowExecutionRequest;
-    let info = conn
-        .workflow_service()
-        .describe_workflow_execution(tonic::Request::new(DescribeWorkflowExecutionRequest {
-            namespace: namespace.to_string(),
-            execution: Some(WorkflowExecution {
-                workflow_id: id.to_string(),
-                ..Default::default()
-            }),
-        }))
-        .await
-        .map_err(|e| Error::Temporal(format!("describe workflow {id}: {}", e.message())))?
-        .into_inner()
-        .workflow_execution_info
-        .unwrap_or_default();
-    Ok(format!("{:?}", info.status()))
 }
 
 impl TemporalServer {
