@@ -17,10 +17,12 @@ use crate::scoped::Scoped;
 #[derive(Clone, Debug, Default, PartialEq, serde::Deserialize)]
 #[serde(from = "wire::Pod")]
 pub struct CachedPod {
-    /// Name, namespace, the WorkerDeployment's and build ID's labels, deletion.
+    /// Name, namespace, the WorkerDeployment's, build ID's and worker group's labels, deletion.
     pub metadata: ObjectMeta,
     /// Its containers that are not ready, and why (empty for a ready pod).
     pub troubles: Vec<PodTrouble>,
+    /// The kubelet reports it Ready.
+    pub ready: bool,
 }
 
 impl Resource for CachedPod {
@@ -67,7 +69,9 @@ impl From<wire::Pod> for CachedPod {
         let deleting = m.deletion_timestamp.is_some();
         let name = m.name.clone().unwrap_or_default();
         let labels = m.labels.map(|mut l| {
-            l.retain(|k, _| k == labels::DEPLOYMENT_NAME || k == labels::BUILD_ID);
+            l.retain(|k, _| {
+                k == labels::DEPLOYMENT_NAME || k == labels::BUILD_ID || k == labels::WORKER_GROUP
+            });
             l
         });
         let metadata = ObjectMeta {
@@ -81,9 +85,15 @@ impl From<wire::Pod> for CachedPod {
             labels,
             ..Default::default()
         };
+        let ready = p
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .is_some_and(|c| c.iter().any(|c| c.type_ == "Ready" && c.status == "True"));
         Self {
             metadata,
             troubles: troubles(name, deleting, p.status.as_ref()),
+            ready,
         }
     }
 }
@@ -120,6 +130,41 @@ pub fn troubles_of(
 ) -> Vec<PodTrouble> {
     let found = pods_of(pods, namespace, wd_name, build);
     found.iter().flat_map(|p| p.troubles.clone()).collect()
+}
+
+/// The names of the ready, live pods of `wd_name`'s version `build` in `namespace` created by
+/// `up_by`, by worker group (`default` for a pod without the label).
+pub fn ready_pods_by_group(
+    pods: &Scoped<CachedPod>,
+    namespace: &str,
+    wd_name: &str,
+    build: &str,
+    up_by: std::time::SystemTime,
+) -> std::collections::BTreeMap<String, Vec<String>> {
+    let mut out = std::collections::BTreeMap::<String, Vec<String>>::new();
+    for p in pods_of(pods, namespace, wd_name, build) {
+        let m = &p.metadata;
+        let created = m
+            .creation_timestamp
+            .as_ref()
+            .map(|t| std::time::SystemTime::from(t.0));
+        let group = m.labels.as_ref().and_then(|l| l.get(labels::WORKER_GROUP));
+        let entry = out
+            .entry(
+                group
+                    .cloned()
+                    .unwrap_or_else(|| twc_api::DEFAULT_GROUP.to_string()),
+            )
+            .or_default();
+        if m.deletion_timestamp.is_none()
+            && p.ready
+            && created.is_some_and(|c| c <= up_by)
+            && let Some(name) = &m.name
+        {
+            entry.push(name.clone());
+        }
+    }
+    out
 }
 
 /// When the oldest live pod of `wd_name`'s version `build` in `namespace` was created; None

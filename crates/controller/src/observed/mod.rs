@@ -168,6 +168,9 @@ pub enum Pollers {
     Active,
     /// These task queues have none (sorted).
     Missing(Vec<String>),
+    /// Its task queues have pollers, but these worker groups' ready pods are none of them
+    /// among its running workers in Temporal's worker list (sorted).
+    SilentGroups(Vec<String>),
     /// It could not be told (a failed read, or no task queue known yet): never "missing".
     Unknown,
 }

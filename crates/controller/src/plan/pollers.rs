@@ -8,7 +8,7 @@
 //! not send them) the task queues are asked instead. A read that failed is "not known", never
 //! "no pollers".
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, SystemTime};
 
 use crate::observed::Pollers;
@@ -28,6 +28,8 @@ pub struct Listed {
     pub heartbeats: bool,
     /// The task queues the version's running workers poll.
     pub queues: BTreeSet<String>,
+    /// The hosts the version's running workers run on, as their SDKs report them.
+    pub hosts: BTreeSet<String>,
 }
 
 /// The task queues asked with `DescribeTaskQueue`, remembered between passes.
@@ -99,6 +101,37 @@ pub fn judge(
     })
 }
 
+/// The longest hostname a pod gets: the kubelet cuts a longer pod name there.
+const HOSTNAME_MAX: usize = 63;
+
+/// The worker groups of a grouped version whose ready pods (`ready_pods`: group -> pod names,
+/// those up long enough to have heartbeat) are none of them among the version's running
+/// workers in the list, matched by host name (a pod's hostname is its name, cut at 63
+/// characters). None when the list cannot tell: too early, the workers do not heartbeat,
+/// the version has one group (its task queues say it), or no group's pods are listed at all
+/// (SDKs that do not report their host, or pods on their node's network, named after it).
+pub fn silent_groups(
+    listed: &Listed,
+    ready_pods: &BTreeMap<String, Vec<String>>,
+) -> Option<Vec<String>> {
+    if !listed.settled || !listed.heartbeats || ready_pods.len() < 2 {
+        return None;
+    }
+    let is_listed = |pod: &String| {
+        listed.hosts.iter().any(|h| {
+            !h.is_empty() && (h == pod || (pod.len() > HOSTNAME_MAX && pod.starts_with(h.as_str())))
+        })
+    };
+    let (heard, silent): (Vec<_>, Vec<_>) = ready_pods
+        .iter()
+        .filter(|(_, pods)| !pods.is_empty())
+        .partition(|(_, pods)| pods.iter().any(is_listed));
+    if heard.is_empty() {
+        return None;
+    }
+    Some(silent.into_iter().map(|(g, _)| g.clone()).collect())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -118,6 +151,7 @@ mod tests {
             settled: true,
             heartbeats: true,
             queues: set(queues),
+            hosts: BTreeSet::new(),
         };
         let j = |l: &Listed| judge("b1", &known, Some(l), None, at(0));
         assert_eq!(j(&listed(&["a", "b"])), Judged::Done(Pollers::Active));
@@ -211,5 +245,61 @@ mod tests {
             judge("b1", &known, None, Some(&one_missing), at(60)),
             Judged::Done(Pollers::Missing(vec!["a".into()]))
         );
+    }
+
+    #[test]
+    fn a_group_whose_ready_pods_are_not_among_the_listed_workers_is_silent() {
+        let long = format!(
+            "{}-abcde",
+            "w-activities-0-1-0-d58b83d8b9-b2d2a340-7d9f8c6b5".repeat(2)
+        );
+        let listed = Listed {
+            settled: true,
+            heartbeats: true,
+            queues: set(&["w"]),
+            hosts: set(&["w-workflows-1-xyz", &long[..HOSTNAME_MAX]]),
+        };
+        let pods = |groups: &[(&str, &[&str])]| -> BTreeMap<String, Vec<String>> {
+            groups
+                .iter()
+                .map(|(g, p)| (g.to_string(), p.iter().map(|p| p.to_string()).collect()))
+                .collect()
+        };
+        let both = pods(&[
+            ("activities", &["w-activities-1-abc"]),
+            ("workflows", &["w-workflows-1-xyz"]),
+        ]);
+        assert_eq!(
+            silent_groups(&listed, &both),
+            Some(vec!["activities".to_string()])
+        );
+        // A pod name longer than a hostname is matched by the hostname it gets.
+        let cut = pods(&[
+            ("activities", &[long.as_str()]),
+            ("workflows", &["w-workflows-1-xyz"]),
+        ]);
+        assert_eq!(silent_groups(&listed, &cut), Some(vec![]));
+        // A group with no ready pod is not judged here (its availability is).
+        let none_ready = pods(&[("activities", &[]), ("workflows", &["w-workflows-1-xyz"])]);
+        assert_eq!(silent_groups(&listed, &none_ready), Some(vec![]));
+        // No group's pods listed (hosts not reported, or named after the node): cannot tell.
+        let unmatched = Listed {
+            hosts: set(&["node-1"]),
+            ..listed.clone()
+        };
+        assert_eq!(silent_groups(&unmatched, &both), None);
+        // Too early, no heartbeats, one group: cannot tell.
+        let early = Listed {
+            settled: false,
+            ..listed.clone()
+        };
+        assert_eq!(silent_groups(&early, &both), None);
+        let quiet = Listed {
+            heartbeats: false,
+            ..listed.clone()
+        };
+        assert_eq!(silent_groups(&quiet, &both), None);
+        let one = pods(&[("default", &["w-1-abc"])]);
+        assert_eq!(silent_groups(&listed, &one), None);
     }
 }

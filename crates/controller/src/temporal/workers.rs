@@ -29,10 +29,21 @@ pub struct SeenWorker {
     pub deployment: String,
     pub build_id: String,
     pub task_queue: String,
+    /// The host it runs on, as its SDK reports it (a pod's hostname: its name, cut at 63
+    /// characters); empty when not reported.
+    pub host: String,
 }
 
-/// The task queues each version's running workers poll, by worker deployment and build ID.
-pub type Polling = HashMap<String, HashMap<String, BTreeSet<String>>>;
+/// What the running workers of one version show: the task queues they poll and the hosts
+/// they run on.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct VersionWorkers {
+    pub queues: BTreeSet<String>,
+    pub hosts: BTreeSet<String>,
+}
+
+/// Each version's running workers, by worker deployment and build ID.
+pub type Polling = HashMap<String, HashMap<String, VersionWorkers>>;
 
 /// Every running, recently heartbeating, versioned worker of `namespace`, one budget token a
 /// page, as of `now`.
@@ -59,11 +70,15 @@ pub async fn list(
         .await?
         .into_inner();
         for w in running(&page, now) {
-            out.entry(w.deployment)
+            let version = out
+                .entry(w.deployment)
                 .or_default()
                 .entry(w.build_id)
-                .or_default()
-                .insert(w.task_queue);
+                .or_default();
+            version.queues.insert(w.task_queue);
+            if !w.host.is_empty() {
+                version.hosts.insert(w.host);
+            }
         }
         if page.next_page_token.is_empty() {
             return Ok(out);
@@ -80,7 +95,8 @@ fn running(page: &ListWorkersResponse, now: SystemTime) -> Vec<SeenWorker> {
     let seen = |deployment: Option<
         &temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion,
     >,
-                task_queue: &str| {
+                task_queue: &str,
+                host: &str| {
         deployment
             .filter(|v| !v.build_id.is_empty() && !v.deployment_name.is_empty())
             .filter(|_| !task_queue.is_empty())
@@ -88,6 +104,7 @@ fn running(page: &ListWorkersResponse, now: SystemTime) -> Vec<SeenWorker> {
                 deployment: v.deployment_name.clone(),
                 build_id: v.build_id.clone(),
                 task_queue: task_queue.to_string(),
+                host: host.to_string(),
             })
     };
     if !page.workers_info.is_empty() {
@@ -103,13 +120,20 @@ fn running(page: &ListWorkersResponse, now: SystemTime) -> Vec<SeenWorker> {
                     .and_then(|t| SystemTime::try_from(*t).ok());
                 at.is_none_or(|at| now.duration_since(at).unwrap_or_default() < HEARTBEAT_STALE)
             })
-            .filter_map(|h| seen(h.deployment_version.as_ref(), &h.task_queue))
+            .filter_map(|h| {
+                let host = h.host_info.as_ref().map(|i| i.host_name.as_str());
+                seen(
+                    h.deployment_version.as_ref(),
+                    &h.task_queue,
+                    host.unwrap_or_default(),
+                )
+            })
             .collect();
     }
     page.workers
         .iter()
         .filter(|w| w.status() == WorkerStatus::Running)
-        .filter_map(|w| seen(w.deployment_version.as_ref(), &w.task_queue))
+        .filter_map(|w| seen(w.deployment_version.as_ref(), &w.task_queue, &w.host_name))
         .collect()
 }
 
@@ -134,7 +158,7 @@ impl WorkerDeploymentRef<'_> {
 mod tests {
     use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion;
     use temporalio_common::protos::temporal::api::worker::v1::{
-        WorkerHeartbeat, WorkerInfo, WorkerListInfo,
+        WorkerHeartbeat, WorkerHostInfo, WorkerInfo, WorkerListInfo,
     };
 
     use super::*;
@@ -156,6 +180,10 @@ mod tests {
                 deployment_version: version("ns/w", build),
                 status: status as i32,
                 heartbeat_time: Some((now - Duration::from_secs(ago_s)).into()),
+                host_info: Some(WorkerHostInfo {
+                    host_name: "w-activities-b1-pod".into(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             }),
         };
@@ -183,6 +211,7 @@ mod tests {
                 deployment: "ns/w".into(),
                 build_id: "b1".into(),
                 task_queue: "q".into(),
+                host: "w-activities-b1-pod".into(),
             }]
         );
         // A server that sends the short records only: their status is what there is.

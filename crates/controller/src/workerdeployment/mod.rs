@@ -16,6 +16,7 @@ pub mod execute;
 pub mod know;
 pub mod memory;
 pub mod observe;
+pub mod pollers;
 pub mod status;
 pub mod timing;
 
@@ -526,7 +527,7 @@ async fn pipeline(
     if applied.error.is_none()
         && (promoted || observed.temporal.current_build_id.as_deref() == Some(target))
     {
-        let pollers = observe::pollers(wd, ctx, &temporal, &mut observed, &plan.target_build_id);
+        let pollers = pollers::pollers(wd, ctx, &temporal, &mut observed, &plan.target_build_id);
         observed.pollers = Some(pollers.await);
         phases.mark("pollers");
     }

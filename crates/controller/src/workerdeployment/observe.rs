@@ -16,7 +16,6 @@ use twc_api::{WorkerDeployment, WorkflowExecution};
 use super::Context;
 use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
-use crate::observed::Pollers;
 use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
@@ -203,122 +202,6 @@ pub async fn read_temporal(
         }
     }
     Ok((state, target_observed))
-}
-
-/// How long after a version's workers came up the worker list may be trusted to show them:
-/// the SDKs heartbeat every 60 s, and the first one may come a full interval after the worker
-/// started (seen with the Rust SDK). Before that, a version missing from the list is "not
-/// known" until a later list.
-const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(90);
-
-/// Whether the task queues of `build`, the current version, have active pollers (see
-/// [`plan::pollers`]): the namespace's shared worker list, and `DescribeTaskQueue` (within
-/// the read budget) only where the list cannot tell. The queues are the ones read for the
-/// target, else the ones the status recorded; read once if neither knows any.
-pub async fn pollers(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    temporal: &Temporal,
-    observed: &mut Observed,
-    build: &str,
-) -> Pollers {
-    use plan::pollers::{Asked, Judged, Listed, judge};
-    let key = super::key(wd);
-    let workflow_queues = |qs: &[TaskQueueRef]| -> BTreeSet<String> {
-        qs.iter()
-            .filter(|q| q.workflow)
-            .map(|q| q.name.clone())
-            .collect()
-    };
-    let mut known = workflow_queues(&observed.target.task_queues);
-    if known.is_empty() {
-        known = recorded_queues(wd, build);
-        // Kept in what was observed, so that the status goes on recording them.
-        observed.target.task_queues = known
-            .iter()
-            .map(|name| TaskQueueRef {
-                name: name.clone(),
-                workflow: true,
-            })
-            .collect();
-    }
-    let presence = ctx.reads.presence(&temporal.conn, &temporal.pool_key).await;
-    let up_since = observed
-        .deployments
-        .get(build)
-        .and_then(|d| d.available_since);
-    let listed = presence.as_ref().map(|p| Listed {
-        settled: up_since.is_none_or(|t| p.at >= t + LIST_GRACE),
-        heartbeats: p.heartbeats(&temporal.deployment_name),
-        queues: p
-            .queues(&temporal.deployment_name, build)
-            .into_iter()
-            .map(str::to_string)
-            .collect(),
-    });
-    let target = temporal.target(wd, ctx.identity());
-    if known.is_empty() && listed.as_ref().is_none_or(|l| l.queues.is_empty()) {
-        ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
-        match target.task_queues(build).await {
-            Ok(qs) => {
-                known = workflow_queues(&qs);
-                observed.target.task_queues = qs;
-            }
-            Err(s) => {
-                tracing::debug!(build, "task queues of the current version: {}", s.message());
-                return Pollers::Unknown;
-            }
-        }
-    }
-    let asked = ctx.memories.get(&key).pollers_asked;
-    let judged = judge(build, &known, listed.as_ref(), asked.as_ref(), observed.now);
-    tracing::debug!(
-        namespace = wd.namespace().unwrap_or_default(),
-        name = wd.name_any(),
-        build,
-        "pollers: {judged:?} (queues {known:?}, listed {listed:?}, asked {asked:?}, up since {up_since:?})"
-    );
-    let queues = match judged {
-        Judged::Done(p) => return p,
-        Judged::Ask(queues) => queues,
-    };
-    let mut answer = Asked {
-        build_id: build.to_string(),
-        at: observed.now,
-        asked: queues.clone(),
-        polled: BTreeSet::new(),
-        failed: BTreeSet::new(),
-    };
-    for q in queues {
-        ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
-        match target.polled_by(&q, build).await {
-            Ok(true) => {
-                answer.polled.insert(q);
-            }
-            Ok(false) => {}
-            Err(s) => {
-                tracing::debug!(build, "DescribeTaskQueue {q}: {}", s.message());
-                answer.failed.insert(q);
-            }
-        }
-    }
-    let judged = judge(build, &known, listed.as_ref(), Some(&answer), observed.now);
-    ctx.memories
-        .update(&key, |m| m.pollers_asked = Some(answer));
-    match judged {
-        Judged::Done(p) => p,
-        Judged::Ask(_) => Pollers::Unknown,
-    }
-}
-
-/// The task queues the status recorded for `build` as the current version.
-fn recorded_queues(wd: &WorkerDeployment, build: &str) -> BTreeSet<String> {
-    wd.status
-        .as_ref()
-        .and_then(|s| s.current_version.as_ref())
-        .filter(|c| c.base.build_id == build)
-        .map(|c| c.base.task_queues.iter().map(|q| q.name.clone()).collect())
-        .unwrap_or_default()
 }
 
 /// The worker groups (`default` without groups) a WorkerResourceTemplate of `wd` renders a

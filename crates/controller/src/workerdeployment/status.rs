@@ -412,6 +412,14 @@ fn rollout_conditions(
                         queues.join(", ")
                     ),
                 ),
+                Some(Pollers::SilentGroups(groups)) => (
+                    "True",
+                    reason::WAITING_FOR_POLLERS,
+                    format!(
+                        "Version {build} has no active pollers in worker group(s): {} (none of their ready pods is among the version's running workers in Temporal's worker list)",
+                        groups.join(", ")
+                    ),
+                ),
                 Some(Pollers::Active) => (
                     "False",
                     reason::ACTIVE_POLLERS,

@@ -228,6 +228,12 @@ fn once_current_progressing_says_whether_its_task_queues_have_pollers() {
             "WaitingForPollers",
             "Version v2 has no active pollers on task queue(s): a, q",
         ),
+        (
+            Some(Pollers::SilentGroups(vec!["activities".into()])),
+            "True",
+            "WaitingForPollers",
+            "Version v2 has no active pollers in worker group(s): activities (none of their ready pods is among the version's running workers in Temporal's worker list)",
+        ),
     ];
     let mut statuses = Vec::new();
     for (pollers, st, why, message) in cases {

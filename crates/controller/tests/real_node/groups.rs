@@ -236,5 +236,42 @@ async fn worker_groups_roll_out_progressive_drain_a_pinned_workflow_and_fail_a_c
     assert_eq!(build(&s, "currentVersion").as_deref(), Some(v2.as_str()));
     let message = s["failedVersion"]["message"].as_str().unwrap_or_default();
     assert!(message.contains("activities"), "names the group: {message}");
+
+    // v4's activity workers run (Ready) but never poll: its Deployments are available, so it
+    // rolls out as upstream rolls it out, and once current the condition names the group
+    // whose pods are not among its workers in Temporal's worker list (the workflow group's are).
+    set_groups(
+        &client,
+        &ns,
+        groups("4", json!([{"name": "WORKER_MODE", "value": "no-poll"}])),
+    )
+    .await;
+    let s = wait_status(
+        &client,
+        &ns,
+        "v4 current, its silent group named",
+        2 * ROLLOUT,
+        |s| {
+            build(s, "currentVersion").is_some_and(|c| c != v2 && c != v3)
+                && progressing(s)
+                    .is_some_and(|(status, why, _)| status == "True" && why == "WaitingForPollers")
+        },
+    )
+    .await;
+    let (_, _, message) = progressing(&s).unwrap_or_default();
+    assert!(
+        message.contains("worker group(s): activities (") && !message.contains("workflows"),
+        "{message}"
+    );
     Ok(())
+}
+
+/// Progressing's (status, reason, message).
+fn progressing(s: &Value) -> Option<(String, String, String)> {
+    let c = s["conditions"]
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == "Progressing")?;
+    let text = |k: &str| c[k].as_str().unwrap_or_default().to_string();
+    Some((text("status"), text("reason"), text("message")))
 }

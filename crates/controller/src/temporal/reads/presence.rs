@@ -37,7 +37,16 @@ impl Presence {
         self.polling
             .get(deployment)
             .and_then(|v| v.get(build_id))
-            .map(|q| q.iter().map(String::as_str).collect())
+            .map(|w| w.queues.iter().map(String::as_str).collect())
+            .unwrap_or_default()
+    }
+
+    /// The hosts `build_id`'s running workers run on (pods' hostnames).
+    pub fn hosts(&self, deployment: &str, build_id: &str) -> HashSet<&str> {
+        self.polling
+            .get(deployment)
+            .and_then(|v| v.get(build_id))
+            .map(|w| w.hosts.iter().map(String::as_str).collect())
             .unwrap_or_default()
     }
 }
@@ -183,6 +192,7 @@ mod tests {
                     .or_default()
                     .entry(b.to_string())
                     .or_default()
+                    .queues
                     .insert(q.to_string());
             }
             p
