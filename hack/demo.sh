@@ -9,6 +9,8 @@
 #   hack/demo.sh --ci            non-interactive: also checks the final state, non-zero on failure
 #   hack/demo.sh --pod-runner    no root needed: the controller as a local process and the
 #                                workers run by the pod runner (the kubelet stand-in); no images
+#   hack/demo.sh --groups        the same with two worker groups in one version: a workflow
+#                                worker and an activity-only worker on its own task queue
 #   hack/demo.sh --release       the images from release binaries (LTO: about 13 minutes more on
 #                                2 cores the first time) instead of the debug build
 #   hack/demo.sh --dir DIR       data and logs (default target/demo); --timeout SECONDS

@@ -14,6 +14,12 @@
 //! pinned workflows finish, then v1 scaled down and deleted in Kubernetes and Temporal. Every
 //! state shown is read from the API and Temporal. Exits leaving nothing running. `--ci` also
 //! checks the final state and fails if it is wrong.
+//!
+//! With `--groups`, the WorkerDeployment has two worker groups (upstream's unreleased design,
+//! TWC #330): `workflows` runs the workflows, whose activity runs on `activities`, an
+//! activity-only worker polling its own task queue. One version is both groups' Deployments;
+//! the pinned workflows keep v1's activity workers busy while v2 ramps, and both of v1's
+//! groups go together once they are done.
 
 mod node;
 
@@ -40,6 +46,8 @@ const NAME: &str = "hello";
 const LOCAL_IMAGE: &str = "example.com/hello-worker";
 const PINNED_WORKFLOWS: usize = 3;
 const WORKFLOW_SECONDS: u64 = 75;
+/// With `--groups`: the activity group's task queue.
+const ACTIVITY_QUEUE: &str = "hello-activities";
 
 #[derive(Parser)]
 #[command(
@@ -63,6 +71,10 @@ struct Cli {
     /// Only check that this machine can run the real node; name what it lacks.
     #[arg(long, conflicts_with = "pod_runner")]
     check_node: bool,
+    /// Roll out a WorkerDeployment of two worker groups (a workflow worker and an
+    /// activity-only worker, one version) instead of one template.
+    #[arg(long)]
+    groups: bool,
 }
 
 /// Where the demo runs: a real node, or the pod runner.
@@ -255,24 +267,37 @@ async fn demo(env: &Env, cli: &Cli) -> anyhow::Result<()> {
         .create(&PostParams::default(), &cc)
         .await?;
     let ns = twc_testenv::control_plane::create_namespace(client, NS).await?;
-    println!("== Creating WorkerDeployment {ns}/{NAME} with image {image}:v1");
+    let mut spec = json!({
+        "replicas": 2,
+        "workerOptions": {
+            "connectionRef": {"objectRef": {"kind": "ClusterConnection", "name": "temporal"}},
+            "temporalNamespace": temporal_ns
+        },
+        "rollout": {"strategy": "Progressive", "steps": [
+            {"rampPercentage": 25, "pauseDuration": "30s"},
+            {"rampPercentage": 75, "pauseDuration": "30s"}
+        ]},
+        "sunset": {"scaledownDelay": "5s", "deleteDelay": "5s"},
+        "template": template(&format!("{image}:v1"), json!([]))
+    });
+    if cli.groups {
+        println!(
+            "== Creating WorkerDeployment {ns}/{NAME} with image {image}:v1 in two worker groups: \
+             'workflows' (its activities on task queue {ACTIVITY_QUEUE}) and 'activities' (an \
+             activity-only worker polling {ACTIVITY_QUEUE})"
+        );
+        if let Some(o) = spec.as_object_mut() {
+            o.remove("replicas");
+            o.remove("template");
+        }
+        spec["workerGroups"] = groups(&format!("{image}:v1"));
+    } else {
+        println!("== Creating WorkerDeployment {ns}/{NAME} with image {image}:v1");
+    }
     let wd: WorkerDeployment = serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
         "metadata": {"name": NAME},
-        "spec": {
-            "replicas": 2,
-            "workerOptions": {
-                "connectionRef": {"objectRef": {"kind": "ClusterConnection", "name": "temporal"}},
-                "temporalNamespace": temporal_ns
-            },
-            "rollout": {"strategy": "Progressive", "steps": [
-                {"rampPercentage": 25, "pauseDuration": "30s"},
-                {"rampPercentage": 75, "pauseDuration": "30s"}
-            ]},
-            "sunset": {"scaledownDelay": "5s", "deleteDelay": "5s"},
-            "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                "containers": [{"name": "worker", "image": format!("{image}:v1")}]}}
-        }
+        "spec": spec
     }))?;
     let wds: Api<WorkerDeployment> = Api::namespaced(client.clone(), &ns);
     wds.create(&PostParams::default(), &wd).await?;
@@ -285,32 +310,45 @@ async fn demo(env: &Env, cli: &Cli) -> anyhow::Result<()> {
     .await?
     .current
     .unwrap_or_default();
+    // With groups, `Work` runs its activity on the activity group; else `Sleep` waits.
+    let (workflow, input, what) = if cli.groups {
+        ("Work", "0".to_string(), "each running an activity")
+    } else {
+        ("Sleep", WORKFLOW_SECONDS.to_string(), "each sleeping")
+    };
     println!(
-        "== v1 ({v1}) is current. Starting {PINNED_WORKFLOWS} workflows of {WORKFLOW_SECONDS}s, pinned to v1"
+        "== v1 ({v1}) is current. Starting {PINNED_WORKFLOWS} workflows {what} for {WORKFLOW_SECONDS}s, pinned to v1"
     );
     let temporal = env.temporal().connect().await?;
     for i in 0..PINNED_WORKFLOWS {
-        let seconds = WORKFLOW_SECONDS.to_string();
         twc_testenv::temporal::start_workflow(
             &temporal,
             &temporal_ns,
             NAME,
-            "Sleep",
+            workflow,
             &format!("pinned-{i}"),
-            Some(&seconds),
+            Some(&input),
         )
         .await?;
     }
 
     println!("== Changing the image to v2 (Progressive: 25% for 30s, 75% for 30s, then current)");
+    let paths: &[&str] = if cli.groups {
+        &[
+            "/spec/workerGroups/0/deployment/template/spec/containers/0/image",
+            "/spec/workerGroups/1/deployment/template/spec/containers/0/image",
+        ]
+    } else {
+        &["/spec/template/spec/containers/0/image"]
+    };
+    let ops: Vec<serde_json::Value> = paths
+        .iter()
+        .map(|p| json!({"op": "replace", "path": p, "value": format!("{image}:v2")}))
+        .collect();
     wds.patch(
         NAME,
         &PatchParams::default(),
-        &Patch::Json::<()>(serde_json::from_value(json!([{
-            "op": "replace",
-            "path": "/spec/template/spec/containers/0/image",
-            "value": format!("{image}:v2")
-        }]))?),
+        &Patch::Json::<()>(serde_json::from_value(json!(ops))?),
     )
     .await?;
     let end = watch(client, &ns, &temporal_ns, env, started, deadline, |s| {
@@ -325,13 +363,48 @@ async fn demo(env: &Env, cli: &Cli) -> anyhow::Result<()> {
         "== v2 ({v2}) is current; v1 drained, was scaled down, and is deleted from Kubernetes and Temporal"
     );
     if cli.ci {
-        if v2 == v1 || !end.versions.contains_key(&v2) {
+        let groups = end.versions.get(&v2).map(|(_, pods)| pods.len());
+        let want = if cli.groups { 2 } else { 1 };
+        if v2 == v1 || groups != Some(want) {
             bail!("unexpected final state: {end:?}");
         }
         println!("final state checked: current={v2}, v1 gone");
     }
     Ok(())
 }
+
+/// The worker's pod template at `image`, with `env`.
+fn template(image: &str, env: serde_json::Value) -> serde_json::Value {
+    json!({"spec": {"terminationGracePeriodSeconds": 2,
+        "containers": [{"name": "worker", "image": image, "env": env}]}})
+}
+
+/// The two worker groups at `image`: `workflows`, whose `Work` runs a
+/// [`WORKFLOW_SECONDS`] activity on [`ACTIVITY_QUEUE`], and `activities`, the activity-only
+/// worker that polls it; two replicas each.
+fn groups(image: &str) -> serde_json::Value {
+    let workflows = template(
+        image,
+        json!([
+            {"name": "WORKER_ACTIVITY_SECONDS", "value": WORKFLOW_SECONDS.to_string()},
+            {"name": "WORKER_ACTIVITY_TASK_QUEUE", "value": ACTIVITY_QUEUE},
+        ]),
+    );
+    let activities = template(
+        image,
+        json!([
+            {"name": "WORKER_ROLE", "value": "activities"},
+            {"name": "TEMPORAL_TASK_QUEUE", "value": ACTIVITY_QUEUE},
+        ]),
+    );
+    json!([
+        {"name": "workflows", "deployment": {"replicas": 2, "template": workflows}},
+        {"name": "activities", "deployment": {"replicas": 2, "template": activities}},
+    ])
+}
+
+/// A version's Deployments: (worker group, "" without groups; ready pods; desired pods).
+type Pods = Vec<(String, i32, i32)>;
 
 /// What the demo shows, read from the API and Temporal.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -340,8 +413,8 @@ struct Snapshot {
     target_status: Option<VersionStatus>,
     ramp: Option<f32>,
     current: Option<String>,
-    /// build ID -> (status, ready pods, desired pods)
-    versions: BTreeMap<String, (String, i32, i32)>,
+    /// build ID -> (status, its Deployments' pods)
+    versions: BTreeMap<String, (String, Pods)>,
     temporal_versions: Vec<String>,
     running_workflows: i64,
 }
@@ -363,7 +436,16 @@ impl Snapshot {
         let versions: Vec<String> = self
             .versions
             .iter()
-            .map(|(b, (s, ready, want))| format!("{b} {s} {ready}/{want} pods"))
+            .map(|(b, (s, groups))| {
+                let pods: Vec<String> = groups
+                    .iter()
+                    .map(|(g, ready, want)| match g.as_str() {
+                        "" => format!("{ready}/{want}"),
+                        g => format!("{g} {ready}/{want}"),
+                    })
+                    .collect();
+                format!("{b} {s} {} pods", pods.join(", "))
+            })
             .collect();
         parts.push(format!("deployments: {}", versions.join(", ")));
         parts.push(format!("open workflows: {}", self.running_workflows));
@@ -422,8 +504,15 @@ async fn snapshot(
             .and_then(|s| s.ready_replicas)
             .unwrap_or(0);
         let want = d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(0);
+        let group = d
+            .labels()
+            .get(twc_api::labels::WORKER_GROUP)
+            .cloned()
+            .unwrap_or_default();
         let st = statuses.get(&build).cloned().unwrap_or_else(|| "?".into());
-        s.versions.insert(build, (st, ready, want));
+        let entry = s.versions.entry(build).or_insert_with(|| (st, Vec::new()));
+        entry.1.push((group, ready, want));
+        entry.1.sort();
     }
     let deployment_name = format!("{ns}/{NAME}");
     if let Ok(state) =
