@@ -18,7 +18,6 @@ use kube::ResourceExt as _;
 use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
 use serde_json::json;
 use twc_api::{Connection, ConnectionKind};
-use twc_controller::plan::build_id;
 use twc_testenv::deployments::{rolled_out, worker_env, worker_env_value};
 
 use crate::restarts::RENEWAL_DEADLINE;
@@ -149,7 +148,7 @@ async fn behind_on(run: &Run<'_>, api_key: bool) -> anyhow::Result<Behind> {
             .find(|(wd, _)| {
                 build
                     .as_ref()
-                    .is_some_and(|b| build_id::deployment_name(wd, b) == d.name_any())
+                    .is_some_and(|b| run.members(wd, b).iter().any(|m| m.name == d.name_any()))
             })
             .map(|(_, namespace)| namespace.clone())
     };

@@ -9,7 +9,6 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use serde_json::json;
-use twc_controller::plan::build_id;
 use twc_testenv::Signal;
 use twc_testenv::api_proxy::Faults;
 
@@ -267,14 +266,7 @@ async fn apply(
             let i = rng.between(0, run.names.len() as u64 - 1) as usize;
             let name = &run.names[i];
             let wd = run.wds().get(name).await?;
-            let image = wd
-                .spec
-                .template
-                .spec
-                .as_ref()
-                .and_then(|s| s.containers.first())
-                .and_then(|c| c.image.clone())
-                .context("no image")?;
+            let image = crate::groups::image_of(&wd).context("no image")?;
             // A real node has the blips it was given (tag_images).
             let blips = if run.env.node().is_some() {
                 BLIPS
@@ -285,10 +277,14 @@ async fn apply(
             set_image(run, name, &blip).await;
             tokio::time::sleep(Duration::from_millis(rng.between(200, 1500))).await;
             // Back to the image the driver set, unless the driver set another meanwhile.
-            let back = serde_json::from_value(json!([
-                {"op": "test", "path": "/spec/template/spec/containers/0/image", "value": blip},
-                {"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}
-            ]))?;
+            let paths = run.image_paths(name);
+            let tests = paths
+                .iter()
+                .map(|path| json!({"op": "test", "path": path, "value": blip}));
+            let replaces = paths
+                .iter()
+                .map(|path| json!({"op": "replace", "path": path, "value": image}));
+            let back = serde_json::from_value(json!(tests.chain(replaces).collect::<Vec<_>>()))?;
             let _ = run
                 .wds()
                 .patch(name, &PatchParams::default(), &Patch::Json::<()>(back))
@@ -298,20 +294,25 @@ async fn apply(
     Ok(())
 }
 
-/// A WorkerResourceTemplate rendering an HPA for `name` (once), then, once the controller
-/// applied it, the current version's Deployment scaled to [`SCALED`] as an HPA would.
+/// A WorkerResourceTemplate rendering an HPA for `name` (once; for its activity group when it
+/// has groups), then, once the controller applied it, the current version's Deployment (of
+/// that group) scaled to [`SCALED`] as an HPA would.
 async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
     use twc_api::WorkerResourceTemplate;
     let wrts: Api<WorkerResourceTemplate> = Api::namespaced(run.client.clone(), &run.ns);
     let wrt_name = format!("{name}-hpa");
     if wrts.get_opt(&wrt_name).await?.is_none() {
+        let mut spec = json!({"workerDeploymentRef": {"name": name}, "template": {
+            "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
+            "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3, "metrics": []}
+        }});
+        if run.grouped(name) {
+            spec["workerGroup"] = json!(crate::groups::SCALED_GROUP);
+        }
         let wrt: WorkerResourceTemplate = serde_json::from_value(json!({
             "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerResourceTemplate",
             "metadata": {"name": wrt_name},
-            "spec": {"workerDeploymentRef": {"name": name}, "template": {
-                "apiVersion": "autoscaling/v2", "kind": "HorizontalPodAutoscaler",
-                "spec": {"scaleTargetRef": {}, "minReplicas": 1, "maxReplicas": 3, "metrics": []}
-            }}
+            "spec": spec
         }))?;
         wrts.create(&PostParams::default(), &wrt).await?;
     }
@@ -335,9 +336,12 @@ async fn take_over(run: &Run<'_>, name: &str) -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
     tokio::time::sleep(Duration::from_secs(2)).await;
+    let scaled = run
+        .scaled_member(name, &build)
+        .context("no Deployment to scale")?;
     run.deployments()
         .patch_scale(
-            &build_id::deployment_name(name, &build),
+            &scaled.name,
             &PatchParams::default(),
             &Patch::Merge(json!({"spec": {"replicas": SCALED}})),
         )

@@ -54,7 +54,9 @@ pub(crate) async fn observe(run: &Run<'_>) {
                 if state.current.as_deref() != Some(build.as_str()) {
                     continue;
                 }
-                let deployment = build_id::deployment_name(name, &build);
+                let Some(deployment) = run.scaled_member(name, &build).map(|m| m.name) else {
+                    continue;
+                };
                 if let Ok(Some(d)) = run.deployments().get_opt(&deployment).await
                     && let Some(replicas) = d.spec.and_then(|s| s.replicas)
                     && replicas < SCALED
@@ -142,8 +144,8 @@ pub(crate) fn needs_workers(state: &View) -> Vec<(String, &'static str)> {
 }
 
 /// What is wrong with the workers of `build`, if anything (None also when unreadable): its
-/// Deployment gone, being deleted or scaled to 0, or (routed to) none of its pods ready, or
-/// none of them polling Temporal at `place` ([`unlisted`]).
+/// Deployment (a group's) gone, being deleted or scaled to 0, or (routed to) none of its pods
+/// ready, or none of them polling Temporal at `place` ([`unlisted`]).
 async fn lacks_workers(
     run: &Run<'_>,
     name: &str,
@@ -151,8 +153,23 @@ async fn lacks_workers(
     why: &str,
     place: &Place,
 ) -> Option<String> {
-    let deployment = build_id::deployment_name(name, build);
-    let d = match run.deployments().get_opt(&deployment).await {
+    for member in run.members(name, build) {
+        if let Some(problem) = member_lacks_workers(run, &member.name, why).await {
+            return Some(match member.group {
+                Some(group) => format!("its group {group}: {problem}"),
+                None => problem,
+            });
+        }
+    }
+    if why == "draining" {
+        return None;
+    }
+    unlisted(run, name, build, place).await
+}
+
+/// [`lacks_workers`] for one Deployment of the version, but for the worker list.
+async fn member_lacks_workers(run: &Run<'_>, deployment: &str, why: &str) -> Option<String> {
+    let d = match run.deployments().get_opt(deployment).await {
         Ok(d) => d,
         Err(_) => {
             run.report().read_errors += 1;
@@ -175,10 +192,7 @@ async fn lacks_workers(
     if why == "draining" {
         return None;
     }
-    if ready == 0 {
-        return Some("none of its pods is ready".into());
-    }
-    unlisted(run, name, build, place).await
+    (ready == 0).then(|| "none of its pods is ready".into())
 }
 
 /// How long a worker may be up before Temporal's worker list must show it: its first

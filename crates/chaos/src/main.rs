@@ -4,7 +4,10 @@
 //! It starts the local environment (etcd, kube-apiserver, kube-controller-manager, the pod
 //! runner, and the Temporal dev server on a SQLite file, so that it can be restarted), then
 //! two controller replicas with leader election, and a few WorkerDeployments running the
-//! example worker. Half of them use a ClusterConnection, half a namespaced Connection. It then
+//! example worker. Half of them use a ClusterConnection, half a namespaced Connection; the
+//! second runs each version as two worker groups, `workflows` and an activity-only
+//! `activities`, two Deployments of one build ID, and every check below holds for each group's
+//! Deployment (`groups.rs`). It then
 //! runs rounds. Each round starts a pinned workflow on every WorkerDeployment and changes
 //! every image, then waits until each one converges. Meanwhile it injects faults at seeded
 //! random times:
@@ -15,8 +18,8 @@
 //! - a Temporal restart;
 //! - a `connectionRef` change;
 //! - image changes in quick succession (a new image, then the previous one back);
-//! - a scaler taking over replicas: a WorkerResourceTemplate rendering an HPA, then the
-//!   current version scaled to 2 as an HPA would;
+//! - a scaler taking over replicas: a WorkerResourceTemplate rendering an HPA (for the
+//!   activity group, with groups), then the current version scaled to 2 as an HPA would;
 //! - the client certificate Secret, the one every WorkerDeployment mounts, renewed (a new key
 //!   pair from the same CA, the old one still valid, as cert-manager renews): every connection
 //!   is mutual TLS through a TLS proxy in front of the dev server, so the controller must dial
@@ -79,6 +82,7 @@
 mod auth_switch;
 mod deletions;
 mod faults;
+mod groups;
 mod invariants;
 mod namespace_gone;
 mod operator;

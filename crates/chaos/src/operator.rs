@@ -5,7 +5,6 @@
 //! The run does that here, reading the place left with its own client.
 
 use kube::api::DeleteParams;
-use twc_controller::plan::build_id;
 
 use crate::Run;
 use crate::temporal_view::Status;
@@ -33,8 +32,9 @@ pub(crate) async fn tend_left_behind(run: &Run<'_>) {
                 {
                     continue;
                 }
-                let deployment = build_id::deployment_name(name, build);
-                delete_by_hand(run, &deployment, &format!("{status:?} at {place}")).await;
+                for member in run.members(name, build) {
+                    delete_by_hand(run, &member.name, &format!("{status:?} at {place}")).await;
+                }
             }
         }
     }
@@ -69,8 +69,9 @@ async fn tend_previous_connection(run: &Run<'_>, name: &str) {
         {
             continue;
         }
-        let deployment = build_id::deployment_name(name, build);
-        delete_by_hand(run, &deployment, "kept on a previous connection, Drained").await;
+        for member in run.members(name, build) {
+            delete_by_hand(run, &member.name, "kept on a previous connection, Drained").await;
+        }
     }
 }
 

@@ -6,7 +6,6 @@ use std::time::{Duration, Instant};
 use anyhow::bail;
 use kube::api::{Patch, PatchParams};
 use serde_json::json;
-use twc_controller::plan::build_id;
 use twc_controller::plan::target_build_id;
 
 use crate::deletions::delete_and_recreate;
@@ -17,8 +16,8 @@ use crate::{CALL_TIMEOUT, IMAGE, Rng, Run};
 
 /// Whether `name` is at its spec's target, judged from the spec and what the servers say,
 /// never from the controller's status: the build ID of the spec's template is current in
-/// Temporal, nothing ramps, and its Deployment has every replica ready (the spec's, or the
-/// scaler's once one took over).
+/// Temporal, nothing ramps, and its Deployment (each group's) has every replica ready (the
+/// spec's, or the scaler's once one took over).
 pub(crate) async fn converged(run: &Run<'_>, name: &str) -> Option<bool> {
     let state = run.describe(name).await?;
     converged_with(run, name, &state).await
@@ -32,21 +31,31 @@ pub(crate) async fn converged_with(run: &Run<'_>, name: &str, state: &View) -> O
     if state.current.as_deref() != Some(&want) || state.ramping.is_some() {
         return Some(false);
     }
-    let deployment = build_id::deployment_name(name, &want);
-    let d = run.deployments().get_opt(&deployment).await.ok()??;
-    let ready = d
-        .status
-        .as_ref()
-        .and_then(|s| s.ready_replicas)
-        .unwrap_or(0);
-    // A scaler owns the replicas of a WorkerDeployment it took over (a new version starts
-    // with the Deployment's default, 1, until the scaler acts; no HPA controller runs here).
-    let wanted = if run.report().autoscaled.contains(name) {
-        d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(1)
-    } else {
-        run.replicas
-    };
-    Some(d.metadata.deletion_timestamp.is_none() && ready >= wanted)
+    let autoscaled = run.report().autoscaled.contains(name);
+    for member in run.members(name, &want) {
+        let d = run.deployments().get_opt(&member.name).await.ok()??;
+        let ready = d
+            .status
+            .as_ref()
+            .and_then(|s| s.ready_replicas)
+            .unwrap_or(0);
+        // A scaler owns the replicas of the Deployment it took over (a new version starts
+        // with the Deployment's default, 1, until the scaler acts; no HPA controller runs
+        // here).
+        let scaled = autoscaled
+            && member
+                .group
+                .is_none_or(|g| g == crate::groups::SCALED_GROUP);
+        let wanted = if scaled {
+            d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1).max(1)
+        } else {
+            run.replicas
+        };
+        if d.metadata.deletion_timestamp.is_some() || ready < wanted {
+            return Some(false);
+        }
+    }
+    Some(true)
 }
 
 pub(crate) async fn wait_converged(
@@ -204,7 +213,12 @@ pub(crate) async fn pin(run: &Run<'_>, name: &str, id: &str, seconds: &str) {
 
 /// Sets the image of `name`, retrying while the apiserver restarts.
 pub(crate) async fn set_image(run: &Run<'_>, name: &str, image: &str) {
-    let patch = json!([{"op": "replace", "path": "/spec/template/spec/containers/0/image", "value": image}]);
+    let ops: Vec<serde_json::Value> = run
+        .image_paths(name)
+        .iter()
+        .map(|path| json!({"op": "replace", "path": path, "value": image}))
+        .collect();
+    let patch = json!(ops);
     for _ in 0..60 {
         let Ok(p) = serde_json::from_value(patch.clone()) else {
             return;

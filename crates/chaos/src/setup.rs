@@ -76,7 +76,8 @@ pub(crate) async fn setup(run: &Run<'_>) -> anyhow::Result<()> {
 
 /// WorkerDeployment `i` of the run at `image`, where it was moved to if it was (server and
 /// namespace): the even ones AllAtOnce on the ClusterConnection, the odd ones Progressive on the
-/// Connection (in a namespace-scoped install, every one on the Connection).
+/// Connection (in a namespace-scoped install, every one on the Connection); the second in two
+/// worker groups ([`crate::groups`]).
 pub(crate) fn worker_deployment(
     run: &Run<'_>,
     i: usize,
@@ -95,17 +96,20 @@ pub(crate) fn worker_deployment(
     } else {
         json!({"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]})
     };
+    let mut spec = json!({
+        "workerOptions": {"connectionRef": connection, "temporalNamespace": place.namespace},
+        "rollout": rollout,
+        "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
+    });
+    if let (Some(spec), Value::Object(workers)) =
+        (spec.as_object_mut(), run.workers_spec(&run.names[i], image))
+    {
+        spec.extend(workers);
+    }
     Ok(serde_json::from_value(json!({
         "apiVersion": "temporal.io/v1alpha1", "kind": "WorkerDeployment",
         "metadata": {"name": run.names[i]},
-        "spec": {
-            "replicas": run.replicas,
-            "workerOptions": {"connectionRef": connection, "temporalNamespace": place.namespace},
-            "rollout": rollout,
-            "sunset": {"scaledownDelay": "3s", "deleteDelay": "5s"},
-            "template": {"spec": {"terminationGracePeriodSeconds": 2,
-                "containers": [{"name": "worker", "image": image}]}}
-        }
+        "spec": spec
     }))?)
 }
 

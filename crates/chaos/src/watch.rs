@@ -16,7 +16,6 @@ use k8s_openapi::api::apps::v1::Deployment;
 use kube::ResourceExt as _;
 use kube::runtime::WatchStreamExt as _;
 use kube::runtime::watcher::{self, Event};
-use twc_controller::plan::build_id;
 
 use crate::Run;
 use crate::invariants::needs_workers;
@@ -69,11 +68,7 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
         let Some(build) = d.labels().get(twc_api::labels::BUILD_ID).cloned() else {
             continue;
         };
-        let Some(name) = run
-            .names
-            .iter()
-            .find(|n| build_id::deployment_name(n, &build) == d.name_any())
-        else {
+        let Some(name) = run.owner_of(&build, &d.name_any()) else {
             continue;
         };
         if run

@@ -41,9 +41,16 @@ pub(super) fn gate_starts(
     window: Duration,
 ) -> Vec<GateStart> {
     let state = &observed.temporal;
+    // A grouped target's gate waits until every group is available (upstream's rule: a gate
+    // on the workflow group alone could schedule activities no worker polls yet).
+    let grouped = observed
+        .deployments
+        .get(target)
+        .is_some_and(|d| !d.members.is_empty());
     if wd.spec.rollout.gate.is_none()
         || !needs(wd, target, state).gates
         || is_rollback(state, target, now, window)
+        || (grouped && !super::workers_up(&observed.deployments, target))
     {
         return Vec::new();
     }

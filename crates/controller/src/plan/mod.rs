@@ -160,6 +160,9 @@ pub struct Plan {
     pub routing: Option<Routing>,
     /// Why routing is held back by someone else, if it is.
     pub blocked: Option<String>,
+    /// `blocked` is the spec's doing (upstream's blocked reason): no wait can clear it, so
+    /// Ready and Progressing read `InvalidSpec` (Stalled) until the spec changes.
+    pub blocked_by_spec: bool,
     /// Versions Temporal cannot account for here, left exactly as they are (not scaled, not
     /// deleted, not reconnected): what is not known is never taken for what is not there.
     pub kept: Vec<Kept>,
@@ -390,6 +393,7 @@ fn target_deployment(
         plan.blocked = Some(format!(
             "adding or removing spec.workerGroups requires a new unsafeCustomBuildID: build ID {target:?} already has Deployments"
         ));
+        plan.blocked_by_spec = true;
         return;
     }
     let custom = spec.worker_options.unsafe_custom_build_id.is_some();

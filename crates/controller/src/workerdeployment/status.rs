@@ -399,6 +399,13 @@ fn rollout_conditions(
             (PROGRESSING, "False", f.reason, message),
         ];
     }
+    if let Some(b) = blocked.filter(|_| plan.blocked_by_spec) {
+        // Upstream's blocked spec: nothing but a change of the spec clears it.
+        return [
+            (READY, "False", reason::INVALID_SPEC, b.to_string()),
+            (PROGRESSING, "False", reason::INVALID_SPEC, b.to_string()),
+        ];
+    }
     let (ready, progressing, why, message) = match target.base.status {
         VersionStatus::Current => {
             // Complete; Progressing says whether its workers poll (TWC #448's words).

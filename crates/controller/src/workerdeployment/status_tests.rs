@@ -489,3 +489,34 @@ fn stalled_only_when_waiting_cannot_help_and_reconciling_while_work_goes_on() {
             .all(|s| !(condition(s, STALLED).0 == "True" && condition(s, RECONCILING).0 == "True"))
     );
 }
+
+/// Upstream's blocked spec (a custom build ID switched between grouped and ungrouped): Ready
+/// and Progressing `InvalidSpec` with the reason, Stalled (only a spec change clears it);
+/// routing held back by someone else is not.
+#[test]
+fn a_spec_that_blocks_the_rollout_is_invalid_and_stalled() {
+    let observed = v1_current_v2_registered();
+    let why = "adding or removing spec.workerGroups requires a new unsafeCustomBuildID: build ID \"v2\" already has Deployments";
+    let status = |by_spec: bool| {
+        let plan = Plan {
+            blocked: Some(why.into()),
+            blocked_by_spec: by_spec,
+            ..plan_for("v2")
+        };
+        let applied = Applied::default();
+        let outcome = Outcome::Executed {
+            observed: &observed,
+            plan: &plan,
+            applied: &applied,
+        };
+        next(&wd(), &Default::default(), outcome, None, ME, t(100))
+    };
+    let s = status(true);
+    for type_ in [READY, PROGRESSING] {
+        assert_eq!(condition(&s, type_), ("False".into(), "InvalidSpec".into()));
+    }
+    assert_eq!(condition(&s, "Stalled").0, "True");
+    let ready = s.conditions.iter().find(|c| c.type_ == READY);
+    assert_eq!(ready.map(|c| c.message.as_str()), Some(why));
+    assert_ne!(condition(&status(false), READY).1, "InvalidSpec");
+}

@@ -220,6 +220,65 @@ fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
     assert_eq!(plan(&wd, &conn(), &me(), &one_down.build()).routing, None);
 }
 
+/// A gate waits for a healthy grouped target (every group available) and then runs on every
+/// workflow task queue the version polls, whichever group polls it.
+#[test]
+fn a_gate_waits_for_every_group_then_runs_on_every_workflow_queue() {
+    use VersionStatus::{Current, Inactive};
+    let mut wd = grouped("AllAtOnce", "v2");
+    wd.spec.rollout.gate = Some(
+        serde_json::from_value(json!({"workflowType": "Check"})).unwrap_or_else(|e| panic!("{e}")),
+    );
+    let target = target_build_id(&wd);
+    let registered = world(&wd)
+        .groups(
+            &wd,
+            &target,
+            &[("activities", Some(3)), ("workflows", Some(2))],
+        )
+        .version("old", Current)
+        .version(&target, Inactive)
+        .current("old")
+        .task_queues(vec![workflow_queue("orders"), workflow_queue("billing")]);
+    let one_down = registered
+        .clone()
+        .edit_group(&target, "activities", |m| m.available_since = None);
+    let p = plan(&wd, &conn(), &me(), &one_down.build());
+    assert!(p.start_gates.is_empty() && p.routing.is_none());
+    let p = plan(&wd, &conn(), &me(), &registered.build());
+    let mut queues: Vec<&str> = p
+        .start_gates
+        .iter()
+        .map(|g| g.task_queue.as_str())
+        .collect();
+    queues.sort();
+    assert_eq!(queues, ["billing", "orders"]);
+}
+
+/// The rollout's deadline is the longest of the groups' progress deadlines (a slow group is
+/// given its own time), the Deployment default for a group that sets none.
+#[test]
+fn the_progress_deadline_of_a_grouped_version_is_its_longest_groups() {
+    let mut wd = grouped("AllAtOnce", "v1");
+    let groups = wd.spec.worker_groups.as_deref_mut();
+    if let Some([workflows, activities]) = groups {
+        workflows.deployment.progress_deadline_seconds = Some(900);
+        activities.deployment.progress_deadline_seconds = Some(120);
+    }
+    assert_eq!(
+        crate::plan::guard::deadline(&wd),
+        Some(std::time::Duration::from_secs(900))
+    );
+    if let Some(g) = wd.spec.worker_groups.as_mut().and_then(|g| g.first_mut()) {
+        g.deployment.progress_deadline_seconds = None;
+    }
+    assert_eq!(
+        crate::plan::guard::deadline(&wd),
+        Some(std::time::Duration::from_secs(600)),
+        "apps/v1's default for the group that sets none"
+    );
+}
+
 /// Under one custom build ID (upstream's in-place rules): an added group gets its Deployment in
 /// the same version, a removed one's Deployment goes while the version stays, and switching
 /// between grouped and ungrouped is refused (selectors are immutable) with upstream's message.
