@@ -17,9 +17,16 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 pub(crate) fn print_report(report: &Report, seed: u64, took: Duration, run: &Run<'_>) {
     println!("\n== twc-chaos report (seed {seed})");
     println!(
-        "setup: {} WorkerDeployments x {} replica(s) of the example worker ({}), 2 controller replicas with leader election{}, one Temporal dev server on SQLite",
+        "setup: {} WorkerDeployments x {} replica(s) of the example worker{} ({}), 2 controller replicas with leader election{}, one Temporal dev server on SQLite",
         run.names.len(),
         run.replicas,
+        match run.names.get(1) {
+            Some(name) => format!(
+                " ({name} in worker groups {}, each of that many)",
+                crate::groups::GROUPS.join(" and ")
+            ),
+            None => String::new(),
+        },
         if run.env.node().is_some() {
             "containers under containerd and a real kubelet"
         } else {
