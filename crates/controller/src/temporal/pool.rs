@@ -386,6 +386,9 @@ fn mismatch_hint(use_tls: bool, error: &str) -> Option<&'static str> {
             "frame with invalid size",
             "http2 error",
             "h2 protocol error",
+            // hyper, when the server closed the connection before the first request went out
+            // (seen with the TLS proxy on a busy machine).
+            "connection was not ready",
         ])
     {
         return Some(
@@ -436,9 +439,13 @@ mod tests {
     fn tls_mismatches_are_named() {
         let tls_to_plain = "Server connection error: tonic::transport::Error(Transport, ConnectError(Custom { kind: InvalidData, error: InvalidMessage(InvalidContentType) }))";
         let plain_to_tls = r#"get_system_info call error after connection: Status { code: Internal, message: "h2 protocol error: http2 error" }"#;
+        let plain_to_tls_closed = r#"get_system_info call error after connection: Status { code: Cancelled, message: "operation was canceled", source: Some(tonic::transport::Error(Transport, hyper::Error(Canceled, "connection was not ready"))) }"#;
         let refused = "tcp connect error: Connection refused (os error 111)";
         assert!(mismatch_hint(true, tls_to_plain).is_some_and(|h| h.contains("plaintext")));
         assert!(mismatch_hint(false, plain_to_tls).is_some_and(|h| h.contains("expects TLS")));
+        assert!(
+            mismatch_hint(false, plain_to_tls_closed).is_some_and(|h| h.contains("expects TLS"))
+        );
         assert_eq!(mismatch_hint(true, refused), None);
         assert_eq!(mismatch_hint(false, refused), None);
         assert_eq!(mismatch_hint(false, tls_to_plain), None);
