@@ -119,6 +119,7 @@ async fn check_workers(run: &Run<'_>, name: &str, left: Option<&Place>, state: &
         };
         if again.is_some_and(|s| judged(&s).contains(&(build.clone(), why)))
             && let Some(problem) = lacks_workers(run, name, &build, why, &place).await
+            && (why != "draining" || run.still_draining(name, &build, &place).await)
         {
             let invariant = if why == "draining" { "I2" } else { "I1" };
             let place = left.map_or(String::new(), |p| format!(" at {p}, moved from,"));

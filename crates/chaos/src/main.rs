@@ -53,7 +53,10 @@
 //!   the workers' heartbeats) must show a running worker of it;
 //! - I2: a Draining version (open pinned workflows) is never scaled to 0, deleted or being
 //!   deleted, and every pinned workflow started during the run completes, on the version it
-//!   was pinned to at its first workflow task;
+//!   was pinned to at its first workflow task. A version the worker deployment's summary
+//!   still calls Draining but whose own drainage status says Drained (the summary lags it,
+//!   seen for 27 s on the real node) has drained: the controller trusts that status too;
+//!   the completion of every pinned workflow is checked either way;
 //! - I3: after the run, with every WorkerDeployment deleted, every Connection and
 //!   ClusterConnection can be deleted, and Temporal keeps no worker deployment of them;
 //! - I4: once the faults stop, each WorkerDeployment converges to its spec's target (the build

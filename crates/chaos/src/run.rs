@@ -265,6 +265,20 @@ impl Run<'_> {
     }
 
     /// [`Run::describe`] at `place`.
+    /// Whether `name`'s version `build`, Draining in the worker deployment's summary at
+    /// `place`, is still draining by its own drainage status: false only when the version
+    /// says it is drained (an unreadable answer is "still draining", never a pass).
+    pub(crate) async fn still_draining(&self, name: &str, build: &str, place: &Place) -> bool {
+        let deployment = build_id::temporal_deployment_name(&self.ns, name);
+        let read = temporal_view::drained(
+            self.temporal_of(place.server),
+            &place.namespace,
+            &deployment,
+            build,
+        );
+        !matches!(tokio::time::timeout(CALL_TIMEOUT, read).await, Ok(Ok(true)))
+    }
+
     pub(crate) async fn describe_at(&self, name: &str, place: &Place) -> Option<View> {
         let deployment = build_id::temporal_deployment_name(&self.ns, name);
         let read = temporal_view::read(

@@ -98,6 +98,41 @@ fn absent(s: &tonic::Status) -> bool {
     typed || s.message().starts_with("no Worker Deployment found")
 }
 
+/// Whether version `build` of worker deployment `deployment` says itself that it is drained
+/// (its own drainage info). The worker deployment's summary can go on saying Draining for a
+/// while after the version drained; the version's own status is the server's judgement, the
+/// one the controller trusts before letting workers go. An unknown version is not drained.
+pub(crate) async fn drained(
+    conn: &Connection,
+    namespace: &str,
+    deployment: &str,
+    build: &str,
+) -> Result<bool, tonic::Status> {
+    use temporalio_common::protos::temporal::api::deployment::v1::WorkerDeploymentVersion;
+    use temporalio_common::protos::temporal::api::enums::v1::VersionDrainageStatus;
+    use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkerDeploymentVersionRequest;
+    let request = DescribeWorkerDeploymentVersionRequest {
+        namespace: namespace.to_string(),
+        deployment_version: Some(WorkerDeploymentVersion {
+            deployment_name: deployment.to_string(),
+            build_id: build.to_string(),
+        }),
+        ..Default::default()
+    };
+    let info = match conn
+        .workflow_service()
+        .describe_worker_deployment_version(tonic::Request::new(request))
+        .await
+    {
+        Ok(r) => r.into_inner().worker_deployment_version_info,
+        Err(s) if s.code() == Code::NotFound => None,
+        Err(s) => return Err(s),
+    };
+    Ok(info
+        .and_then(|i| i.drainage_info)
+        .is_some_and(|d| d.status() == VersionDrainageStatus::Drained))
+}
+
 /// A workflow's status and the build ID its last workflow task completed on (its pinned
 /// version, once it has one), read by the checker.
 pub(crate) async fn workflow(

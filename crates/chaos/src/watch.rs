@@ -101,6 +101,9 @@ pub(crate) async fn watch_deployments(run: &Run<'_>) {
                 .filter(|(_, why)| !draining_only || *why == "draining")
                 .find(|(b, _)| *b == build);
             if let Some((_, why)) = found {
+                if why == "draining" && !run.still_draining(name, &build, &place).await {
+                    continue;
+                }
                 let invariant = if why == "draining" { "I2" } else { "I1" };
                 run.report().violate(
                     invariant,
