@@ -269,7 +269,15 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
     applied.recorded.extend(written.recorded);
     applied.held.extend(written.held);
     result?;
-    let seen = |name: &str| observed.deployments.values().find(|d| d.name == name);
+    // Each Deployment as observed (each group's, for a grouped version): the preconditions of
+    // a destructive write are its own uid and resourceVersion.
+    let seen = |name: &str| {
+        observed
+            .deployments
+            .values()
+            .flat_map(|d| d.each())
+            .find(|d| d.name == name)
+    };
     for (name, replicas) in &plan.scale {
         let body = scale_body(seen(name), *replicas);
         match deployments
@@ -317,20 +325,23 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         applied.done.push(Done::DeletedVersion {
             build: build.clone(),
         });
-        let Some(d) = observed.deployments.get(build) else {
+        let Some(version) = observed.deployments.get(build) else {
             continue;
         };
-        match deployments.delete(&d.name, &delete_params(Some(d))).await {
-            Ok(_) => applied.done.push(Done::DeletedDeployment {
-                deployment: d.name.clone(),
-            }),
-            Err(kube::Error::Api(s)) if s.code == 404 => {}
-            Err(kube::Error::Api(s)) if s.code == 409 => stale(applied, &d.name, "delete"),
-            Err(e) => {
-                return Err(Error::kube_write(
-                    format!("delete Deployment {ns}/{}", d.name),
-                    &e,
-                ));
+        // Every group's Deployment of the version.
+        for d in version.each() {
+            match deployments.delete(&d.name, &delete_params(Some(d))).await {
+                Ok(_) => applied.done.push(Done::DeletedDeployment {
+                    deployment: d.name.clone(),
+                }),
+                Err(kube::Error::Api(s)) if s.code == 404 => {}
+                Err(kube::Error::Api(s)) if s.code == 409 => stale(applied, &d.name, "delete"),
+                Err(e) => {
+                    return Err(Error::kube_write(
+                        format!("delete Deployment {ns}/{}", d.name),
+                        &e,
+                    ));
+                }
             }
         }
     }
