@@ -200,20 +200,25 @@ fn an_old_grouped_version_is_scaled_down_and_deleted_as_one() {
     assert_eq!(up, expected);
 }
 
-#[test]
-fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
+/// `wd`'s grouped `target` registered (Inactive) with both groups up, `old` current.
+fn registered(wd: &WorkerDeployment, target: &str) -> World {
     use VersionStatus::{Current, Inactive};
-    let wd = grouped("AllAtOnce", "v2");
-    let target = target_build_id(&wd);
-    let registered = world(&wd)
+    world(wd)
         .groups(
-            &wd,
-            &target,
+            wd,
+            target,
             &[("activities", Some(3)), ("workflows", Some(2))],
         )
         .version("old", Current)
-        .version(&target, Inactive)
-        .current("old");
+        .version(target, Inactive)
+        .current("old")
+}
+
+#[test]
+fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
+    let wd = grouped("AllAtOnce", "v2");
+    let target = target_build_id(&wd);
+    let registered = registered(&wd, &target);
     let p = plan(&wd, &conn(), &me(), &registered.clone().build());
     assert_eq!(p.routing, Some(Routing::SetCurrent(target.clone())));
     let one_down = registered.edit_group(&target, "workflows", |m| m.available_since = None);
@@ -224,21 +229,12 @@ fn a_grouped_target_is_promoted_only_when_every_group_is_available() {
 /// workflow task queue the version polls, whichever group polls it.
 #[test]
 fn a_gate_waits_for_every_group_then_runs_on_every_workflow_queue() {
-    use VersionStatus::{Current, Inactive};
     let mut wd = grouped("AllAtOnce", "v2");
     wd.spec.rollout.gate = Some(
         serde_json::from_value(json!({"workflowType": "Check"})).unwrap_or_else(|e| panic!("{e}")),
     );
     let target = target_build_id(&wd);
-    let registered = world(&wd)
-        .groups(
-            &wd,
-            &target,
-            &[("activities", Some(3)), ("workflows", Some(2))],
-        )
-        .version("old", Current)
-        .version(&target, Inactive)
-        .current("old")
+    let registered = registered(&wd, &target)
         .task_queues(vec![workflow_queue("orders"), workflow_queue("billing")]);
     let one_down = registered
         .clone()
