@@ -1,27 +1,56 @@
-//! Figures for the rollout engine, with the controller's production poll intervals (2 s while
-//! something moves, 60 s when steady), real apiserver, Temporal dev server and example workers:
-//!
-//! * spec change -> versioned Deployment created (first version, then an image change);
-//! * pollers registered -> version Current with AllAtOnce;
-//! * Temporal RPCs per WorkerDeployment per minute, during the rollouts and when steady
-//!   (from the controller's own `twc_temporal_rpc_total`).
+//! Rollout latency and the Temporal calls a rollout costs, with the controller's production
+//! poll intervals (2 s while something moves, 60 s when steady), the real apiserver, the
+//! Temporal dev server and the example worker (one replica per WorkerDeployment, run by the
+//! pod runner: a real worker process that polls with the build ID it was given).
 //!
 //!     cargo bench -p twc-controller --bench rollout_latency
 //!
-//! TWC_BENCH_WDS (default 10) WorkerDeployments roll out concurrently, one per namespace;
-//! TWC_BENCH_STEADY_SECONDS (default 120) is the steady window.
+//! Three rounds over TWC_BENCH_WDS (default 10) WorkerDeployments, one per Kubernetes
+//! namespace and one Temporal namespace each (TWC_BENCH_TEMPORAL_NAMESPACES=shared: all in
+//! one, sharing its read budget; at 100 the dev server's per-namespace poller limit, hit by
+//! 300 workers, starves its own deployment workflows):
+//!
+//! 1. startup: the WorkerDeployments exist before the controller starts (AllAtOnce, first
+//!    version); startup -> all Current, and the last worker's first poll -> all Current;
+//! 2. image change, AllAtOnce;
+//! 3. image change, Progressive (one 50 % step of 30 s).
+//!
+//! Each rollout's phases come from outside the controller: the write (the benchmark's clock),
+//! the versioned Deployment's creation and first available replica (a watch), the version's
+//! registration, ramp and promotion (the times Temporal records: `createTime`, `rampingSinceTime`,
+//! `currentSinceTime`, read once per rollout after it ended) and the WorkerDeployment's status
+//! showing it (a watch). The Temporal calls are what the server saw (its `service_requests`),
+//! minus the benchmark's own reads, by method, beside the controller's own count. Then a steady
+//! window (TWC_BENCH_STEADY_SECONDS, default 120): calls per WorkerDeployment per minute.
 
-use std::time::{Duration, Instant};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
+use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::watcher;
 use kube::{Client, ResourceExt};
 use serde_json::json;
 use twc_api::{Connection, WorkerDeployment};
 use twc_controller::controller::{Config, prepare};
-use twc_controller::temporal;
 
 const IMAGE: &str = "twc/example-worker";
+
+/// The Temporal methods the controller calls (the workers call others: polls, heartbeats).
+const CONTROLLER_METHODS: &[&str] = &[
+    "ListWorkerDeployments",
+    "DescribeWorkerDeployment",
+    "DescribeWorkerDeploymentVersion",
+    "SetWorkerDeploymentManager",
+    "SetWorkerDeploymentCurrentVersion",
+    "SetWorkerDeploymentRampingVersion",
+    "DeleteWorkerDeploymentVersion",
+    "ListWorkers",
+    "DescribeTaskQueue",
+    "CountWorkflowExecutions",
+];
 
 fn env_usize(key: &str, default: usize) -> usize {
     std::env::var(key)
@@ -30,96 +59,454 @@ fn env_usize(key: &str, default: usize) -> usize {
         .unwrap_or(default)
 }
 
-/// Sum of the controller's Temporal RPCs so far.
-fn rpcs() -> f64 {
-    twc_controller::metrics::global()
-        .encode()
-        .lines()
-        .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
+/// What the watches saw, by Kubernetes namespace and build ID.
+#[derive(Default)]
+struct Seen {
+    /// (namespace, build) -> when its Deployment first showed, when it first had an
+    /// available replica.
+    deployments: BTreeMap<(String, String), (SystemTime, Option<SystemTime>)>,
+    /// (namespace, build) -> when the WorkerDeployment's status first said it was current.
+    status_current: BTreeMap<(String, String), SystemTime>,
 }
 
-fn percentile(sorted: &[Duration], p: f64) -> Duration {
+fn spawn_watches(client: &Client, seen: Arc<Mutex<Seen>>) {
+    let deployments: Api<Deployment> = Api::all(client.clone());
+    let s = seen.clone();
+    tokio::spawn(async move {
+        let config = watcher::Config::default().labels(twc_api::labels::BUILD_ID);
+        let mut events = std::pin::pin!(watcher::watcher(deployments, config));
+        while let Some(event) = events.next().await {
+            let d = match event {
+                Ok(watcher::Event::Apply(d) | watcher::Event::InitApply(d)) => d,
+                _ => continue,
+            };
+            let (Some(ns), Some(build)) =
+                (d.namespace(), d.labels().get(twc_api::labels::BUILD_ID))
+            else {
+                continue;
+            };
+            let now = SystemTime::now();
+            let available = d
+                .status
+                .as_ref()
+                .and_then(|s| s.available_replicas)
+                .unwrap_or(0)
+                > 0;
+            let mut seen = s.lock().unwrap_or_else(|e| e.into_inner());
+            let entry = seen
+                .deployments
+                .entry((ns, build.clone()))
+                .or_insert((now, None));
+            if available && entry.1.is_none() {
+                entry.1 = Some(now);
+            }
+        }
+    });
+    let wds: Api<WorkerDeployment> = Api::all(client.clone());
+    tokio::spawn(async move {
+        let mut events = std::pin::pin!(watcher::watcher(wds, watcher::Config::default()));
+        while let Some(event) = events.next().await {
+            let wd = match event {
+                Ok(watcher::Event::Apply(wd) | watcher::Event::InitApply(wd)) => wd,
+                _ => continue,
+            };
+            let (Some(ns), Some(current)) = (
+                wd.namespace(),
+                wd.status
+                    .as_ref()
+                    .and_then(|s| s.current_version.as_ref())
+                    .map(|c| c.base.build_id.clone()),
+            ) else {
+                continue;
+            };
+            let mut seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            seen.status_current
+                .entry((ns, current))
+                .or_insert_with(SystemTime::now);
+        }
+    });
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
-        return Duration::ZERO;
+        return f64::NAN;
     }
     let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
     sorted[i.min(sorted.len() - 1)]
 }
 
-fn report(what: &str, mut v: Vec<Duration>) {
-    v.sort();
+fn report(what: &str, mut v: Vec<f64>) {
+    v.sort_by(f64::total_cmp);
     println!(
-        "{what:<48} p50 {:>6.2} s   p99 {:>6.2} s   max {:>6.2} s   (n={})",
-        percentile(&v, 0.5).as_secs_f64(),
-        percentile(&v, 0.99).as_secs_f64(),
-        v.last().copied().unwrap_or_default().as_secs_f64(),
+        "  {what:<44} p50 {:>6.2} s   p99 {:>6.2} s   max {:>6.2} s   (n={})",
+        percentile(&v, 0.5),
+        percentile(&v, 0.99),
+        v.last().copied().unwrap_or(f64::NAN),
         v.len()
     );
 }
 
-/// One rollout's timings: spec written -> Deployment of `build` exists; version registered in
-/// Temporal -> current.
-struct Timing {
-    to_deployment: Duration,
-    registered_to_current: Duration,
+fn secs(from: SystemTime, to: SystemTime) -> f64 {
+    match to.duration_since(from) {
+        Ok(d) => d.as_secs_f64(),
+        Err(e) => -e.duration().as_secs_f64(),
+    }
 }
 
-async fn follow(
-    client: &Client,
+fn ts(t: &Option<prost_wkt_types::Timestamp>) -> Option<SystemTime> {
+    let t = t.as_ref()?;
+    (t.seconds > 0)
+        .then(|| SystemTime::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos.max(0) as u32))
+}
+
+/// What Temporal recorded of one version: registered (first poll), ramping since, current since.
+struct Recorded {
+    created: SystemTime,
+    ramping: Option<SystemTime>,
+    current: SystemTime,
+}
+
+/// The benchmark's own DescribeWorkerDeployment calls, taken off the server's count.
+static OWN_DESCRIBES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+async fn recorded(
     conn: &temporalio_client::Connection,
-    ns: &str,
     temporal_ns: &str,
-    written: Instant,
-    known: &[String],
-) -> anyhow::Result<(String, Timing)> {
-    let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
-    let deadline = written + Duration::from_secs(180);
-    let (build, to_deployment) = loop {
-        let list = deployments
-            .list(&ListParams::default().labels(twc_api::labels::BUILD_ID))
-            .await?;
-        if let Some(d) = list.items.iter().find(|d| {
-            let b = d.labels().get(twc_api::labels::BUILD_ID);
-            b.is_some_and(|b| !known.contains(b))
-        }) {
-            let b = d.labels()[twc_api::labels::BUILD_ID].clone();
-            break (b, written.elapsed());
+    deployment: &str,
+    build: &str,
+) -> anyhow::Result<Option<Recorded>> {
+    use temporalio_common::protos::temporal::api::workflowservice::v1::DescribeWorkerDeploymentRequest;
+    let mut tries = 0;
+    let resp = loop {
+        OWN_DESCRIBES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut svc = conn.workflow_service();
+        let answer = svc
+            .describe_worker_deployment(temporalio_client::tonic::Request::new(
+                DescribeWorkerDeploymentRequest {
+                    namespace: temporal_ns.to_string(),
+                    deployment_name: deployment.to_string(),
+                },
+            ))
+            .await;
+        match answer {
+            Ok(r) => break r.into_inner(),
+            // Right after a routing change the server may refuse a burst of reads.
+            Err(s) if tries < 20 => {
+                tries += 1;
+                tracing_or_print(&s);
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(s) => return Err(s.into()),
         }
-        anyhow::ensure!(Instant::now() < deadline, "{ns}: no new Deployment");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     };
-    let name = twc_controller::plan::build_id::temporal_deployment_name(ns, "w");
-    let mut registered: Option<Instant> = None;
-    loop {
-        // The bench reads Temporal too; a busy deployment just means "look again".
-        let Ok(state) = temporal::describe(conn, temporal_ns, &name).await else {
-            anyhow::ensure!(Instant::now() < deadline, "{ns}: Temporal keeps failing");
-            tokio::time::sleep(Duration::from_millis(200)).await;
+    let info = resp.worker_deployment_info.unwrap_or_default();
+    let Some(v) = info.version_summaries.iter().find(|v| {
+        v.deployment_version
+            .as_ref()
+            .is_some_and(|d| d.build_id == build)
+    }) else {
+        return Ok(None);
+    };
+    Ok(match (ts(&v.create_time), ts(&v.current_since_time)) {
+        (Some(created), Some(current)) => Some(Recorded {
+            created,
+            ramping: ts(&v.ramping_since_time),
+            current,
+        }),
+        _ => None,
+    })
+}
+
+fn tracing_or_print(s: &temporalio_client::tonic::Status) {
+    eprintln!("bench: describe refused ({:?}), again in 0.5 s", s.code());
+}
+
+/// The controller's own count of Temporal calls, by method (and code).
+fn controller_rpcs() -> BTreeMap<String, f64> {
+    let mut by = BTreeMap::new();
+    for line in twc_controller::metrics::global().encode().lines() {
+        let Some(rest) = line.strip_prefix("twc_temporal_rpc_total{") else {
             continue;
         };
-        if registered.is_none() && state.versions.contains_key(&build) {
-            registered = Some(Instant::now());
+        let (labels, value) = rest.rsplit_once(' ').unwrap_or((rest, "0"));
+        let field = |k: &str| {
+            labels
+                .split(',')
+                .find_map(|kv| kv.strip_prefix(&format!("{k}=\"")))
+                .map(|v| v.trim_end_matches(['"', '}']).to_string())
+                .unwrap_or_default()
+        };
+        let key = match field("code").as_str() {
+            "Ok" => field("rpc"),
+            code => format!("{} ({code})", field("rpc")),
+        };
+        *by.entry(key).or_insert(0.0) += value.parse::<f64>().unwrap_or(0.0);
+    }
+    by
+}
+
+fn delta(after: &BTreeMap<String, f64>, before: &BTreeMap<String, f64>) -> BTreeMap<String, f64> {
+    after
+        .iter()
+        .map(|(k, v)| (k.clone(), v - before.get(k).copied().unwrap_or(0.0)))
+        .filter(|(_, v)| *v > 0.0)
+        .collect()
+}
+
+struct Counts {
+    server: BTreeMap<String, f64>,
+    controller: BTreeMap<String, f64>,
+    own: u64,
+}
+
+async fn counts(env: &twc_testenv::TestEnv) -> anyhow::Result<Counts> {
+    // The server's metrics are flushed about every second.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let server = env
+        .temporal
+        .service_requests()
+        .await?
+        .into_iter()
+        .filter(|(k, _)| CONTROLLER_METHODS.contains(&k.as_str()))
+        .collect();
+    Ok(Counts {
+        server,
+        controller: controller_rpcs(),
+        own: OWN_DESCRIBES.load(std::sync::atomic::Ordering::Relaxed),
+    })
+}
+
+fn print_calls(what: &str, before: &Counts, after: &Counts, n: usize) {
+    let mut server = delta(&after.server, &before.server);
+    if let Some(d) = server.get_mut("DescribeWorkerDeployment") {
+        *d -= (after.own - before.own) as f64;
+    }
+    let total: f64 = server.values().sum();
+    println!(
+        "  {what}: Temporal calls per WorkerDeployment (the server's count): {:.1}",
+        total / n as f64
+    );
+    for (k, v) in &server {
+        println!("    {k:<36} {:>6.2}", v / n as f64);
+    }
+    let controller = delta(&after.controller, &before.controller);
+    let line: Vec<String> = controller
+        .iter()
+        .map(|(k, v)| format!("{k} {:.2}", v / n as f64))
+        .collect();
+    println!("    controller's own count per WD: {}", line.join(", "));
+}
+
+struct Tenant {
+    ns: String,
+    temporal_ns: String,
+}
+
+fn worker_deployment(t: &Tenant, image: &str) -> anyhow::Result<WorkerDeployment> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": "w", "namespace": t.ns},
+        "spec": {
+            "replicas": 1,
+            "workerOptions": {"connectionRef": {"name": "temporal"}, "temporalNamespace": t.temporal_ns},
+            "rollout": {"strategy": "AllAtOnce"},
+            "template": {"spec": {"terminationGracePeriodSeconds": 2, "containers": [container(t, image)]}}
         }
-        if state.current_build_id.as_deref() == Some(build.as_str()) {
-            let registered_to_current = registered.map(|r| r.elapsed()).unwrap_or_default();
-            return Ok((
-                build,
-                Timing {
-                    to_deployment,
-                    registered_to_current,
-                },
-            ));
+    }))?)
+}
+
+/// The worker container: a task queue of its own per WorkerDeployment (a task queue takes
+/// at most 200 versions).
+fn container(t: &Tenant, image: &str) -> serde_json::Value {
+    json!({
+        "name": "worker",
+        "image": format!("{IMAGE}:{image}"),
+        "env": [{"name": "TEMPORAL_TASK_QUEUE", "value": t.ns}],
+    })
+}
+
+/// Waits until every tenant's status shows a build other than `known[ns]` current; returns
+/// each tenant's new build.
+async fn until_current(
+    seen: &Mutex<Seen>,
+    tenants: &[Tenant],
+    known: &BTreeMap<String, BTreeSet<String>>,
+    timeout: Duration,
+) -> anyhow::Result<BTreeMap<String, String>> {
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        {
+            let seen = seen.lock().unwrap_or_else(|e| e.into_inner());
+            let found: BTreeMap<String, String> = seen
+                .status_current
+                .keys()
+                .filter(|(ns, b)| known.get(ns).is_none_or(|k| !k.contains(b)))
+                .map(|(ns, b)| (ns.clone(), b.clone()))
+                .collect();
+            if tenants.iter().all(|t| found.contains_key(&t.ns)) {
+                return Ok(found);
+            }
+            if std::time::Instant::now() > deadline {
+                let missing: Vec<&str> = tenants
+                    .iter()
+                    .filter(|t| !found.contains_key(&t.ns))
+                    .map(|t| t.ns.as_str())
+                    .collect();
+                anyhow::bail!("not current after {timeout:?}: {missing:?}");
+            }
         }
-        anyhow::ensure!(Instant::now() < deadline, "{ns}: {build} never current");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn round(
+    what: &str,
+    env: &twc_testenv::TestEnv,
+    client: &Client,
+    temporal: &temporalio_client::Connection,
+    seen: &Mutex<Seen>,
+    tenants: &[Tenant],
+    known: &mut BTreeMap<String, BTreeSet<String>>,
+    written: &BTreeMap<String, SystemTime>,
+    before: Counts,
+) -> anyhow::Result<()> {
+    let builds = until_current(seen, tenants, known, Duration::from_secs(600)).await?;
+    // The status written with the promotion may lag the one the watch saw by a pass.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let ended = SystemTime::now();
+    let after = counts(env).await?;
+    let mut rows: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    let mut last_poll = SystemTime::UNIX_EPOCH;
+    let mut last_current = SystemTime::UNIX_EPOCH;
+    let first_written = written.values().min().copied().unwrap_or(ended);
+    for t in tenants {
+        let build = &builds[&t.ns];
+        let name = twc_controller::plan::build_id::temporal_deployment_name(&t.ns, "w");
+        let Some(rec) = recorded(temporal, &t.temporal_ns, &name, build).await? else {
+            anyhow::bail!("{}: Temporal has no times for {build}", t.ns);
+        };
+        let w = written[&t.ns];
+        let (created, ready) = {
+            let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+            s.deployments
+                .get(&(t.ns.clone(), build.clone()))
+                .copied()
+                .unwrap_or((w, None))
+        };
+        let status = {
+            let s = seen.lock().unwrap_or_else(|e| e.into_inner());
+            s.status_current
+                .get(&(t.ns.clone(), build.clone()))
+                .copied()
+                .unwrap_or(ended)
+        };
+        let mut row = |k: &'static str, v: f64| rows.entry(k).or_default().push(v);
+        row("1 spec written -> versioned Deployment", secs(w, created));
+        if let Some(ready) = ready {
+            row(
+                "2 Deployment -> first replica available",
+                secs(created, ready),
+            );
+            row(
+                "3 available -> registered (first poll)",
+                secs(ready, rec.created),
+            );
+        }
+        if let Some(ramping) = rec.ramping {
+            row("4 registered -> ramping", secs(rec.created, ramping));
+        }
+        row("5 registered -> Current", secs(rec.created, rec.current));
+        row("6 Current -> status shows it", secs(rec.current, status));
+        row("7 spec written -> Current", secs(w, rec.current));
+        last_poll = last_poll.max(rec.created);
+        last_current = last_current.max(rec.current);
+        known.entry(t.ns.clone()).or_default().insert(build.clone());
+    }
+    println!(
+        "\n{what}: {} WorkerDeployments, all Current {:.2} s after the first write, {:.2} s after the last first poll",
+        tenants.len(),
+        secs(first_written, last_current),
+        secs(last_poll, last_current),
+    );
+    for (k, v) in rows {
+        report(k, v);
+    }
+    timelines(client, tenants, &builds).await?;
+    print_calls(what, &before, &after, tenants.len());
+    Ok(())
+}
+
+/// The same rollouts as the controller's `status.lastRollout` records them: each phase since
+/// the one before.
+async fn timelines(
+    client: &Client,
+    tenants: &[Tenant],
+    builds: &BTreeMap<String, String>,
+) -> anyhow::Result<()> {
+    let mut rows: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    for t in tenants {
+        let wd = Api::<WorkerDeployment>::namespaced(client.clone(), &t.ns)
+            .get("w")
+            .await?;
+        let Some(tl) = wd.status.and_then(|s| s.last_rollout) else {
+            continue;
+        };
+        if Some(&tl.build_id) != builds.get(&t.ns) {
+            continue;
+        }
+        let phases = [
+            ("a seen -> Deployment written", &tl.deployment_written),
+            ("b -> pods ready", &tl.pods_ready),
+            ("c -> first poller (Temporal)", &tl.first_poller),
+            ("d -> registered (read)", &tl.registered),
+            ("e -> ramping", &tl.ramping),
+            ("f -> promoted", &tl.promoted),
+        ];
+        let mut before = tl.spec_seen.as_ref().map(|s| SystemTime::from(s.0));
+        for (name, at) in phases {
+            let Some(at) = at.as_ref().map(|a| SystemTime::from(a.0)) else {
+                continue;
+            };
+            if let Some(b) = before {
+                rows.entry(name).or_default().push(secs(b, at));
+            }
+            before = Some(at);
+        }
+    }
+    if rows.is_empty() {
+        return Ok(());
+    }
+    println!("  as the controller's status.lastRollout records it:");
+    for (k, v) in rows {
+        report(k, v);
+    }
+    Ok(())
+}
+
+async fn patch_all(
+    client: &Client,
+    tenants: &[Tenant],
+    spec: impl Fn(&Tenant) -> serde_json::Value,
+) -> anyhow::Result<BTreeMap<String, SystemTime>> {
+    let mut written = BTreeMap::new();
+    for t in tenants {
+        let spec = spec(t);
+        let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), &t.ns);
+        written.insert(t.ns.clone(), SystemTime::now());
+        api.patch(
+            "w",
+            &PatchParams::default(),
+            &Patch::Merge(json!({ "spec": spec })),
+        )
+        .await?;
+    }
+    Ok(written)
 }
 
 fn main() -> anyhow::Result<()> {
     let n = env_usize("TWC_BENCH_WDS", 10);
     let steady = Duration::from_secs(env_usize("TWC_BENCH_STEADY_SECONDS", 120) as u64);
+    let each = std::env::var("TWC_BENCH_TEMPORAL_NAMESPACES").as_deref() != Ok("shared");
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let env = twc_testenv::shared().await?;
@@ -129,6 +516,42 @@ fn main() -> anyhow::Result<()> {
             twc_testenv::paths::workspace_binary("twc-example-worker", "twc-example-worker")?;
         env.pod_runner
             .register_image(IMAGE, twc_testenv::LocalImage::new(worker));
+        let temporal = env.temporal.connect().await?;
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        spawn_watches(&client, seen.clone());
+        println!(
+            "{n} WorkerDeployments, one replica of the example worker each (pod runner), {}",
+            if each { "one Temporal namespace each" } else { "one Temporal namespace" }
+        );
+
+        let shared_ns = env.temporal_namespace().await?;
+        let mut tenants = Vec::new();
+        let mut written = BTreeMap::new();
+        for _ in 0..n {
+            let ns = env.namespace("bench-rollout").await?;
+            let temporal_ns = if each {
+                env.temporal_namespace().await?
+            } else {
+                shared_ns.clone()
+            };
+            let conn: Connection = serde_json::from_value(json!({
+                "metadata": {"name": "temporal", "namespace": ns},
+                "spec": {"hostPort": env.temporal.address},
+            }))?;
+            Api::<Connection>::namespaced(client.clone(), &ns)
+                .create(&PostParams::default(), &conn)
+                .await?;
+            let t = Tenant { ns, temporal_ns };
+            Api::<WorkerDeployment>::namespaced(client.clone(), &t.ns)
+                .create(&PostParams::default(), &worker_deployment(&t, "v1")?)
+                .await?;
+            tenants.push(t);
+        }
+        let mut known = BTreeMap::new();
+
+        // 1. Startup: the controller starts with every WorkerDeployment waiting.
+        let before = counts(env).await?;
+        let started = SystemTime::now();
         let (_, controller) = prepare(
             client.clone(),
             Config {
@@ -138,108 +561,42 @@ fn main() -> anyhow::Result<()> {
         )
         .await;
         tokio::spawn(controller);
-        let temporal_conn = env.temporal.connect().await?;
-
-        let mut tenants = Vec::new();
-        for _ in 0..n {
-            let ns = env.namespace("bench-rollout").await?;
-            let temporal_ns = env.temporal_namespace().await?;
-            let conn: Connection = serde_json::from_value(json!({
-                "metadata": {"name": "temporal", "namespace": ns},
-                "spec": {"hostPort": env.temporal.address},
-            }))?;
-            Api::<Connection>::namespaced(client.clone(), &ns)
-                .create(&PostParams::default(), &conn)
-                .await?;
-            tenants.push((ns, temporal_ns));
+        for t in &tenants {
+            written.insert(t.ns.clone(), started);
         }
+        round("startup, first version (AllAtOnce)", env, &client, &temporal, &seen, &tenants, &mut known, &written, before).await?;
 
-        let mut results = Vec::new();
-        for (round, image) in [(0, "v1"), (1, "v2")] {
-            let rpcs_before = rpcs();
-            let started = Instant::now();
-            let mut follows = Vec::new();
-            for (i, (ns, temporal_ns)) in tenants.iter().enumerate() {
-                let api: Api<WorkerDeployment> = Api::namespaced(client.clone(), ns);
-                let known: Vec<String> = results
-                    .iter()
-                    .filter(|(j, _, _)| *j == i)
-                    .map(|(_, b, _): &(usize, String, Timing)| b.clone())
-                    .collect();
-                let written = Instant::now();
-                if round == 0 {
-                    let wd: WorkerDeployment = serde_json::from_value(json!({
-                        "metadata": {"name": "w", "namespace": ns},
-                        "spec": {
-                            "replicas": 1,
-                            "workerOptions": {"connectionRef": {"name": "temporal"}, "temporalNamespace": temporal_ns},
-                            "rollout": {"strategy": "AllAtOnce"},
-                            "template": {"spec": {"terminationGracePeriodSeconds": 2, "containers": [{"name": "worker", "image": format!("{IMAGE}:{image}")}]}}
-                        }
-                    }))?;
-                    api.create(&PostParams::default(), &wd).await?;
-                } else {
-                    api.patch(
-                        "w",
-                        &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": {"template": {"spec": {"containers": [
-                            {"name": "worker", "image": format!("{IMAGE}:{image}")}
-                        ]}}}})),
-                    )
-                    .await?;
-                }
-                let (client, conn) = (client.clone(), temporal_conn.clone());
-                let (ns, temporal_ns) = (ns.clone(), temporal_ns.clone());
-                follows.push(tokio::spawn(async move {
-                    follow(&client, &conn, &ns, &temporal_ns, written, &known)
-                        .await
-                        .map(|r| (i, r))
-                }));
-            }
-            let mut timings = Vec::new();
-            for f in follows {
-                let (i, (build, timing)) = f.await??;
-                timings.push((i, build, timing));
-            }
-            let took = started.elapsed();
-            let per_wd = (rpcs() - rpcs_before) / n as f64;
-            let per_wd_minute = per_wd / took.as_secs_f64() * 60.0;
-            let what = if round == 0 {
-                "first version"
-            } else {
-                "image change"
-            };
-            println!("\n{what}: {n} WorkerDeployments rolled out in {:.1} s", took.as_secs_f64());
-            report(
-                &format!("{what}: spec -> versioned Deployment created"),
-                timings.iter().map(|(_, _, t)| t.to_deployment).collect(),
-            );
-            report(
-                &format!("{what}: pollers registered -> Current"),
-                timings
-                    .iter()
-                    .map(|(_, _, t)| t.registered_to_current)
-                    .collect(),
-            );
-            println!("{what}: Temporal RPCs per WorkerDeployment: {per_wd:.1} for the rollout, {per_wd_minute:.1} per minute while it ran");
-            results.extend(timings);
-        }
+        // 2. An image change, AllAtOnce.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let before = counts(env).await?;
+        let written = patch_all(&client, &tenants, |t| json!({"template": {"spec": {"containers": [
+            container(t, "v2")
+        ]}}})).await?;
+        round("image change (AllAtOnce)", env, &client, &temporal, &seen, &tenants, &mut known, &written, before).await?;
 
-        // Let old versions drain (the dev server reports drainage within seconds), then count.
-        tokio::time::sleep(Duration::from_secs(20)).await;
-        let before = rpcs();
+        // 3. An image change, Progressive: one 50 % step of 30 s.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        let before = counts(env).await?;
+        let written = patch_all(&client, &tenants, |t| json!({
+            "rollout": {"strategy": "Progressive", "steps": [{"rampPercentage": 50, "pauseDuration": "30s"}]},
+            "template": {"spec": {"containers": [container(t, "v3")]}}
+        })).await?;
+        round("image change (Progressive, 50 % for 30 s)", env, &client, &temporal, &seen, &tenants, &mut known, &written, before).await?;
+
+        // Old versions drain (the dev server's fast drainage), are scaled down and deleted;
+        // then the steady window.
+        tokio::time::sleep(Duration::from_secs(30)).await;
+        let before = counts(env).await?;
         tokio::time::sleep(steady).await;
-        let per_wd_minute = (rpcs() - before) / n as f64 / steady.as_secs_f64() * 60.0;
+        let after = counts(env).await?;
+        let minutes = steady.as_secs_f64() / 60.0;
+        println!("\nsteady ({} s window, nothing moving):", steady.as_secs());
+        print_calls("steady", &before, &after, n);
+        let total: f64 = delta(&after.server, &before.server).values().sum();
         println!(
-            "\nsteady ({} s window): Temporal RPCs per WorkerDeployment per minute: {per_wd_minute:.2}",
-            steady.as_secs()
+            "  Temporal calls per WorkerDeployment per minute: {:.2}",
+            total / n as f64 / minutes
         );
-        println!("\nRPCs by method:\n{}", twc_controller::metrics::global()
-            .encode()
-            .lines()
-            .filter(|l| l.starts_with("twc_temporal_rpc_total{"))
-            .collect::<Vec<_>>()
-            .join("\n"));
         Ok(())
     })
 }
