@@ -125,6 +125,9 @@ pub fn detail(
     if !held.is_empty() {
         let _ = writeln!(o, "Controls:  {}", held.join("; "));
     }
+    if let Some(t) = &status.last_rollout {
+        o.push_str(&timeline(t));
+    }
     let _ = writeln!(o, "Conditions:");
     for c in &status.conditions {
         let _ = writeln!(
@@ -238,6 +241,51 @@ pub fn detail(
             e.reason.as_deref().unwrap_or_default(),
             e.note.as_deref().unwrap_or_default()
         );
+    }
+    o
+}
+
+/// The last rollout's phases, each as the time since the changed template was seen (and
+/// since the phase before), the phases not reached yet left out.
+fn timeline(t: &twc_api::RolloutTimeline) -> String {
+    let mut o = String::new();
+    let from = t
+        .previous_build_id
+        .as_deref()
+        .map(|p| format!(" (from {p})"))
+        .unwrap_or_default();
+    let _ = writeln!(o, "Last rollout: {}{from}", t.build_id);
+    let phases = [
+        ("spec seen", &t.spec_seen),
+        ("Deployment written", &t.deployment_written),
+        ("pods ready", &t.pods_ready),
+        ("first poller", &t.first_poller),
+        ("registered", &t.registered),
+        ("ramping", &t.ramping),
+        ("promoted", &t.promoted),
+        ("previous drained", &t.previous_drained),
+    ];
+    let start = t.spec_seen.as_ref().map(|s| s.0);
+    let mut before = start;
+    for (name, at) in phases {
+        let Some(at) = at.as_ref().map(|a| a.0) else {
+            continue;
+        };
+        let since = |from: Option<k8s_openapi::jiff::Timestamp>| {
+            from.map(|f| {
+                (at - f)
+                    .total(k8s_openapi::jiff::Unit::Second)
+                    .unwrap_or(0.0)
+            })
+        };
+        let line = match (since(start), since(before)) {
+            (Some(total), Some(step)) if name != "spec seen" => {
+                format!("+{total:.3} s (+{step:.3} s)")
+            }
+            _ => at.strftime("%Y-%m-%dT%H:%M:%S%.3fZ").to_string(),
+        };
+        let _ = writeln!(o, "  {name:<20} {line}");
+        before = Some(at);
     }
     o
 }

@@ -3,7 +3,7 @@
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::ObjectReference;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, MicroTime, Time};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -265,10 +265,55 @@ pub struct WorkerDeploymentStatus {
     /// when none waits.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub restarts_waiting: Vec<WaitingRestart>,
+    /// The phases of the last rollout (of the target version) with the time each was
+    /// reached, for seeing where a rollout's seconds go. `twc status` prints them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_rollout: Option<RolloutTimeline>,
     /// Latest observations (`Ready`, `Progressing`, `RolledBack`, `VersionsKnown`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
     pub conditions: Vec<Condition>,
+}
+
+/// When each phase of a rollout was reached (microseconds). A phase not reached yet, or
+/// not seen by this controller (reached before it took over), is absent.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RolloutTimeline {
+    /// The build ID rolled out.
+    #[serde(rename = "buildID")]
+    pub build_id: String,
+    /// The version that was current when the rollout began, if any.
+    #[serde(
+        default,
+        rename = "previousBuildID",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub previous_build_id: Option<String>,
+    /// When the controller first planned this build as the target (the changed template seen).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub spec_seen: Option<MicroTime>,
+    /// When the controller saw the build's versioned Deployment written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deployment_written: Option<MicroTime>,
+    /// When the controller first saw a replica of the build available.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pods_ready: Option<MicroTime>,
+    /// When the first worker of the build polled: the version's creation time in Temporal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub first_poller: Option<MicroTime>,
+    /// When the controller first read the version registered in Temporal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub registered: Option<MicroTime>,
+    /// When the version began to ramp (Progressive).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ramping: Option<MicroTime>,
+    /// When the version became current.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub promoted: Option<MicroTime>,
+    /// When the previous version was drained (its pinned workflows done), as Temporal says.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_drained: Option<MicroTime>,
 }
 
 /// A version whose workers wait to restart with renewed credential Secrets.

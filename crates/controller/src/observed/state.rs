@@ -14,6 +14,8 @@ pub struct VersionInfo {
     pub drainage_changed_at: Option<SystemTime>,
     /// The last time this version was current (rollback detection).
     pub last_current_at: Option<SystemTime>,
+    /// When the version was created: its first worker's first poll.
+    pub created_at: Option<SystemTime>,
 }
 
 /// A worker deployment's state in Temporal. `exists == false` means no worker ever polled.
@@ -70,6 +72,21 @@ impl Listed {
             && self.ramping_since == state.ramping_since
             && self.ramp_changed_at == state.ramp_changed_at
             && self.routing == state.routing
+            && self
+                .latest_build_id
+                .as_ref()
+                .is_none_or(|b| state.versions.contains_key(b))
+    }
+
+    /// Whether it routes as `state` says, a state this controller's own routing write left
+    /// (whose revision and change times only a read would tell): the same current and
+    /// ramping versions at the same percentage, and no version registered that it does not
+    /// know.
+    pub fn routes_as(&self, state: &DeploymentState) -> bool {
+        state.exists
+            && self.current_build_id == state.current_build_id
+            && self.ramping_build_id == state.ramping_build_id
+            && self.ramp_percentage.to_bits() == state.ramp_percentage.to_bits()
             && self
                 .latest_build_id
                 .as_ref()

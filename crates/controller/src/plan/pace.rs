@@ -36,6 +36,31 @@ pub struct Pace {
 /// next reconcile, not a busy loop).
 const MIN_REQUEUE: Duration = Duration::from_millis(200);
 
+/// How long to wait before looking again for the first poll of a version whose workers have
+/// been up since `up_since`: a worker polls within a second of its start, so the read that
+/// sees it registered should come a quarter of a second after it, not at the fast poll; a
+/// worker that has not polled after a few seconds is slow (or wrong) and is looked at
+/// less and less often, never less often than the fast poll `moving`. Without a time (the
+/// Deployment does not say since when), the fast poll.
+pub fn first_poll_wait(
+    up_since: Option<SystemTime>,
+    now: SystemTime,
+    moving: Duration,
+) -> Duration {
+    let Some(since) = up_since else {
+        return moving;
+    };
+    // The condition's time has whole seconds: up to a second earlier than the moment.
+    let up_for = now.duration_since(since).unwrap_or_default();
+    let wait = match up_for.as_secs() {
+        0..=2 => Duration::from_millis(250),
+        3..=5 => Duration::from_millis(500),
+        6..=10 => Duration::from_secs(1),
+        _ => moving,
+    };
+    wait.min(moving)
+}
+
 /// The pace after planning `plan` from `observed`.
 pub fn pace(
     wd: &WorkerDeployment,
@@ -73,8 +98,18 @@ pub fn pace(
         by(now + intervals.drainage);
     } else if !current {
         match status_of(state, target) {
-            // Its pollers come any moment.
-            VersionStatus::NotRegistered if up => return fast,
+            // Its pollers come any moment: soon after its pods became ready, look again at
+            // once, then less and less often (see [`first_poll_wait`]).
+            VersionStatus::NotRegistered if up => {
+                let since = observed
+                    .deployments
+                    .get(target)
+                    .and_then(|d| d.available_since);
+                return Pace {
+                    requeue: first_poll_wait(since, now, intervals.moving),
+                    reuse: Reuse::Never,
+                };
+            }
             // Waiting for its pods: the Deployment's change wakes the reconcile.
             VersionStatus::NotRegistered => waiting_for_pods = true,
             // Registered, waiting for its pods.

@@ -142,6 +142,7 @@ pub async fn describe(
                     .as_ref()
                     .and_then(|d| time(&d.last_changed_time)),
                 last_current_at: time(&v.last_current_time),
+                created_at: time(&v.create_time),
             },
         );
     }

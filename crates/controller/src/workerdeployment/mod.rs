@@ -17,7 +17,9 @@ pub mod know;
 pub mod memory;
 pub mod observe;
 pub mod pollers;
+mod remember;
 pub mod status;
+mod timeline;
 pub mod timing;
 
 use std::ops::ControlFlow;
@@ -37,12 +39,12 @@ use crate::error::{Error, Result, Retry, Streak};
 use crate::events::{EventType, Recorder};
 use crate::metrics;
 use crate::observed::{DeploymentState, Observed, TargetObserved};
-use crate::plan::pace::{self, Pace};
+use crate::plan::pace::Pace;
 use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Plan};
 use crate::scoped::{Scoped, Synced};
 use crate::temporal::pool::ClientPool;
-use crate::temporal::reads::{self as reads, Reads, Remembered};
+use crate::temporal::reads::{self as reads, Reads};
 use crate::writes::{self, OwnWrites, Swap};
 use certificates::warn_of_certificate_expiry;
 pub use certificates::{CERT_EXPIRES_SOON, CERT_WARNING_WINDOW, certificate_warning_due};
@@ -531,20 +533,19 @@ async fn pipeline(
         observed.pollers = Some(pollers.await);
         phases.mark("pollers");
     }
-    let pace = pace::pace(wd, &observed, &plan, &ctx.intervals);
-    if fresh && applied.error.is_none() {
-        let read = Remembered {
-            pool_key: temporal.pool_key.clone(),
-            generation: wd.metadata.generation,
-            target_build: plan.target_build_id.clone(),
-            target_up: plan::workers_up(&observed.deployments, &plan.target_build_id),
-            state: observed.temporal.clone(),
-            target: observed.target.clone(),
-            read_at: now,
-            reuse: pace.reuse,
-        };
-        ctx.memories.update(&key(wd), |m| m.read = Some(read));
-    }
+    let pace = remember::pace_and_remember(
+        wd,
+        ctx,
+        remember::Pass {
+            spec: &resolved.spec,
+            temporal: &temporal,
+            observed: &observed,
+            plan: &plan,
+            applied: &applied,
+            fresh,
+            now,
+        },
+    );
     Ok(ControlFlow::Continue(Box::new(Pass {
         observed,
         plan,

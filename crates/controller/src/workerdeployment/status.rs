@@ -90,6 +90,12 @@ pub fn next(
             s.failed_version = plan.failure.as_ref().map(guard::record);
             s.controls = Some(plan.controls.clone()).filter(|c| *c != RolloutControls::default());
             s.restarts_waiting = super::credentials::waiting(plan, &applied.held);
+            s.last_rollout = Some(super::timeline::record(
+                previous.last_rollout.as_ref(),
+                &plan.target_build_id,
+                &after,
+                now,
+            ));
             let target = s.target_version.clone().unwrap_or_default();
             for (type_, st, why, msg) in
                 rollout_conditions(&target, plan, observed.pollers.as_ref())

@@ -47,23 +47,42 @@ fn a_target_whose_workers_are_not_up_is_not_read_until_its_deployment_changes() 
 }
 
 #[test]
-fn a_target_whose_workers_are_up_waits_for_pollers_at_the_fast_pace() {
+fn a_target_whose_workers_just_came_up_is_read_again_within_a_quarter_second() {
     let wd = wd("AllAtOnce", "w:v2");
     let target = target_of(&wd);
-    let o = world(&wd)
+    let mut o = world(&wd)
         .at(t(60))
         .deployment("old", Some(1))
         .version("old", VersionStatus::Current)
         .current("old")
         .deployment(&target, Some(1))
         .build();
-    let (_, p) = paced(&wd, &o);
-    assert_eq!(
-        p,
-        Pace {
-            requeue: Duration::from_secs(2),
-            reuse: Reuse::Never
+    let up_for = |o: &mut Observed, secs: u64| {
+        if let Some(d) = o.deployments.get_mut(&target) {
+            d.available_since = Some(t(60 - secs));
         }
+    };
+    let waits: Vec<u64> = [0, 2, 3, 5, 6, 10, 11, 60]
+        .into_iter()
+        .map(|secs| {
+            up_for(&mut o, secs);
+            let (_, p) = paced(&wd, &o);
+            assert_eq!(p.reuse, Reuse::Never, "up for {secs} s");
+            p.requeue.as_millis() as u64
+        })
+        .collect();
+    // Workers poll within a second of their start: looked for at once, then less often, at
+    // most at the fast pace for those that take long.
+    assert_eq!(waits, [250, 250, 500, 500, 1000, 1000, 2000, 2000]);
+    // A Deployment that does not say since when: the fast pace.
+    assert_eq!(
+        crate::plan::pace::first_poll_wait(None, t(60), Duration::from_secs(2)),
+        Duration::from_secs(2)
+    );
+    // Never slower than a fast pace set lower than the backoff's step.
+    assert_eq!(
+        crate::plan::pace::first_poll_wait(Some(t(55)), t(60), Duration::from_millis(100)),
+        Duration::from_millis(100)
     );
 }
 

@@ -28,6 +28,8 @@ impl Priority {
 /// Waiters are served in order within a priority; one that gave up costs no token.
 pub struct Budget {
     asks: mpsc::UnboundedSender<(Priority, oneshot::Sender<()>)>,
+    /// Reads waiting for a token now.
+    waiting: std::sync::atomic::AtomicUsize,
 }
 
 impl Budget {
@@ -36,16 +38,27 @@ impl Budget {
     pub fn new(rate: f64, burst: u32) -> Self {
         let (asks, rx) = mpsc::unbounded_channel();
         tokio::spawn(dispatch(rx, rate.max(0.001), f64::from(burst.max(1))));
-        Self { asks }
+        Self {
+            asks,
+            waiting: Default::default(),
+        }
+    }
+
+    /// How many reads wait for a token now.
+    pub fn waiting(&self) -> usize {
+        self.waiting.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Waits for a token.
     pub async fn take(&self, priority: Priority) {
         let start = Instant::now();
         let (tx, rx) = oneshot::channel();
+        use std::sync::atomic::Ordering::Relaxed;
+        self.waiting.fetch_add(1, Relaxed);
         if self.asks.send((priority, tx)).is_ok() {
             let _ = rx.await;
         }
+        self.waiting.fetch_sub(1, Relaxed);
         crate::metrics::global().read_budget_waited(priority.label(), start.elapsed());
     }
 }

@@ -101,6 +101,12 @@ impl Reads {
             .clone()
     }
 
+    /// How long the reads waiting for the budget of the namespace `key` reads now take to be
+    /// served: a read asked for sooner than that only lines up behind them.
+    pub fn backlog(&self, key: &PoolKey) -> Duration {
+        self.spacing() * u32::try_from(self.budget(key).waiting()).unwrap_or(u32::MAX)
+    }
+
     /// Waits for a read of the namespace `key` reads.
     pub async fn take(&self, key: &PoolKey, priority: Priority) {
         if priority == Priority::Moving {
