@@ -127,17 +127,8 @@ async fn queue_pollers(
         hosts: BTreeSet::new(),
     });
     let target = temporal.target(wd, ctx.identity());
-    // This pass's promotion (what was observed is from before it).
-    let promoted = observed.temporal.current_build_id.as_deref() != Some(build);
-    // Just promoted without its queues read (an AllAtOnce target is promoted without them):
-    // read now, so that the status records them from this pass on.
-    if known.is_empty() && (promoted || listed.as_ref().is_none_or(|l| l.queues.is_empty())) {
-        let priority = if promoted {
-            Priority::Moving
-        } else {
-            Priority::Steady
-        };
-        ctx.reads.take(&temporal.pool_key, priority).await;
+    if known.is_empty() && listed.as_ref().is_none_or(|l| l.queues.is_empty()) {
+        ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
         match target.task_queues(build).await {
             Ok(qs) => {
                 known = workflow_queues(&qs);

@@ -100,24 +100,11 @@ fn after(
     if applied.error.is_some() || !only_routing || !routed {
         return None;
     }
-    // The answer came now: the change's time in Temporal is at most this.
+    // The answer came now: the change's time in Temporal is at most this (the routing's
+    // change times are stamped with it).
     let mut before = observed.clone();
     before.now = SystemTime::now();
-    let mut after = super::status::effective(&before, applied, ctx.identity());
-    let now = after.now;
-    let state = &mut after.temporal;
-    for done in &applied.done {
-        match done {
-            Done::Promoted { .. } => state.routing.current_changed_at = Some(now),
-            Done::Ramped { build, .. }
-                if observed.temporal.ramping_build_id.as_deref() != Some(build.as_str()) =>
-            {
-                state.ramping_since = Some(now)
-            }
-            Done::RampCleared => state.ramping_since = None,
-            _ => {}
-        }
-    }
+    let after = super::status::effective(&before, applied, ctx.identity());
     let again = plan::plan_with(wd, spec, &ctx.identity, &after, &ctx.limits);
     if again.needs_fresh_state() {
         return None;

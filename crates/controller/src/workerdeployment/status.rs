@@ -202,6 +202,9 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
                 state.last_modifier_identity = identity.to_string();
             }
             Done::Ramped { build, percentage } => {
+                if state.ramping_build_id.as_deref() != Some(build.as_str()) {
+                    state.ramping_since = Some(now);
+                }
                 state.ramping_build_id = Some(build.clone());
                 state.ramp_percentage = *percentage;
                 state.ramp_changed_at = Some(now);
@@ -211,6 +214,7 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
                 state.last_modifier_identity = identity.to_string();
             }
             Done::RampCleared => {
+                state.ramping_since = None;
                 state.ramping_build_id = None;
                 state.ramp_percentage = 0.0;
                 state.last_modifier_identity = identity.to_string();
@@ -239,6 +243,9 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
 
 /// A successful SetCurrent of `build` at `now`: the old current version drains.
 fn promote(state: &mut DeploymentState, build: &str, now: SystemTime) {
+    if state.current_build_id.as_deref() != Some(build) {
+        state.routing.current_changed_at = Some(now);
+    }
     if let Some(old) = state.current_build_id.replace(build.to_string())
         && old != build
         && let Some(v) = state.versions.get_mut(&old)

@@ -55,13 +55,20 @@ pub fn record(
         version.and_then(|v| v.created_at),
     );
     set(&mut t.registered, registered, Some(now));
+    // A change time from before the rollout began is another version's.
+    let seen = t.spec_seen.as_ref().map(|s| SystemTime::from(s.0));
+    let since_seen = |at: Option<SystemTime>| at.filter(|a| seen.is_none_or(|s| *a >= s));
     let ramping = state.ramping_build_id.as_deref() == Some(target);
-    set(&mut t.ramping, ramping, state.ramping_since.or(Some(now)));
+    set(
+        &mut t.ramping,
+        ramping,
+        since_seen(state.ramping_since).or(Some(now)),
+    );
     let current = state.current_build_id.as_deref() == Some(target);
     set(
         &mut t.promoted,
         current,
-        state.routing.current_changed_at.or(Some(now)),
+        since_seen(state.routing.current_changed_at).or(Some(now)),
     );
     if let Some(prev) = t.previous_build_id.as_deref() {
         let drained = state
