@@ -84,6 +84,8 @@ pub struct Applied {
     pub recorded: Vec<super::credentials::Recorded>,
     /// Restarts onto renewed credentials the restart pace holds back.
     pub held: Vec<plan::credentials::HeldRestart>,
+    /// When the routing write was answered (the routing changed at most then).
+    pub routed_at: Option<std::time::SystemTime>,
 }
 
 /// The body of a scale to `replicas` of the Deployment `seen`. A scale-down carries the
@@ -374,6 +376,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_current(build, token, false)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
+            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::Promoted {
                 build: build.clone(),
             });
@@ -383,6 +386,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_ramping(build, *pct, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
+            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::Ramped {
                 build: build.clone(),
                 percentage: *pct,
@@ -393,6 +397,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_ramping("", 0.0, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
+            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::RampCleared);
         }
     }

@@ -100,11 +100,9 @@ fn after(
     if applied.error.is_some() || !only_routing || !routed {
         return None;
     }
-    // The answer came now: the change's time in Temporal is at most this (the routing's
-    // change times are stamped with it).
-    let mut before = observed.clone();
-    before.now = SystemTime::now();
-    let after = super::status::effective(&before, applied, ctx.identity());
+    // Stamped with the time the write was answered: the change's time in Temporal is at
+    // most that.
+    let after = super::status::effective(observed, applied, ctx.identity());
     let again = plan::plan_with(wd, spec, &ctx.identity, &after, &ctx.limits);
     if again.needs_fresh_state() {
         return None;

@@ -171,6 +171,8 @@ pub fn next(
 pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Observed {
     let mut o = observed.clone();
     let now = o.now;
+    // The routing changed when its write was answered.
+    let routed = applied.routed_at.unwrap_or(now);
     for done in &applied.done {
         let state = &mut o.temporal;
         match done {
@@ -198,16 +200,16 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
             }
             Done::ClaimedManager => state.manager_identity = identity.to_string(),
             Done::Promoted { build } => {
-                promote(state, build, now);
+                promote(state, build, routed);
                 state.last_modifier_identity = identity.to_string();
             }
             Done::Ramped { build, percentage } => {
                 if state.ramping_build_id.as_deref() != Some(build.as_str()) {
-                    state.ramping_since = Some(now);
+                    state.ramping_since = Some(routed);
                 }
                 state.ramping_build_id = Some(build.clone());
                 state.ramp_percentage = *percentage;
-                state.ramp_changed_at = Some(now);
+                state.ramp_changed_at = Some(routed);
                 if let Some(v) = state.versions.get_mut(build) {
                     v.status = VersionStatus::Ramping;
                 }
