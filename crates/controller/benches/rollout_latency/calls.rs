@@ -86,6 +86,35 @@ fn tracing_or_print(s: &temporalio_client::tonic::Status) {
     eprintln!("bench: describe refused ({:?}), again in 0.5 s", s.code());
 }
 
+/// The controller's time in Temporal calls so far: (seconds, calls) by method.
+fn controller_durations() -> BTreeMap<String, (f64, f64)> {
+    let mut by: BTreeMap<String, (f64, f64)> = BTreeMap::new();
+    for line in twc_controller::metrics::global().encode().lines() {
+        let (sum, rest) =
+            if let Some(r) = line.strip_prefix("twc_temporal_rpc_duration_seconds_sum{") {
+                (true, r)
+            } else if let Some(r) = line.strip_prefix("twc_temporal_rpc_duration_seconds_count{") {
+                (false, r)
+            } else {
+                continue;
+            };
+        let (labels, value) = rest.rsplit_once(' ').unwrap_or((rest, "0"));
+        let rpc = labels
+            .split(',')
+            .find_map(|kv| kv.strip_prefix("rpc=\""))
+            .map(|v| v.trim_end_matches(['"', '}']).to_string())
+            .unwrap_or_default();
+        let v = value.parse::<f64>().unwrap_or(0.0);
+        let e = by.entry(rpc).or_default();
+        if sum {
+            e.0 += v;
+        } else {
+            e.1 += v;
+        }
+    }
+    by
+}
+
 /// The controller's own count of Temporal calls, by method (and code).
 fn controller_rpcs() -> BTreeMap<String, f64> {
     let mut by = BTreeMap::new();
@@ -124,6 +153,7 @@ pub fn delta(
 pub struct Counts {
     pub server: BTreeMap<String, f64>,
     pub controller: BTreeMap<String, f64>,
+    pub durations: BTreeMap<String, (f64, f64)>,
     pub own: u64,
 }
 
@@ -140,6 +170,7 @@ pub async fn counts(env: &twc_testenv::TestEnv) -> anyhow::Result<Counts> {
     Ok(Counts {
         server,
         controller: controller_rpcs(),
+        durations: controller_durations(),
         own: OWN_DESCRIBES.load(std::sync::atomic::Ordering::Relaxed),
     })
 }
@@ -163,4 +194,17 @@ pub fn print_calls(what: &str, before: &Counts, after: &Counts, n: usize) {
         .map(|(k, v)| format!("{k} {:.2}", v / n as f64))
         .collect();
     println!("    controller's own count per WD: {}", line.join(", "));
+    let took: Vec<String> = after
+        .durations
+        .iter()
+        .filter_map(|(k, (sum, count))| {
+            let (s0, c0) = before.durations.get(k).copied().unwrap_or_default();
+            let n = count - c0;
+            (n > 0.0).then(|| format!("{k} {:.0} ms", (sum - s0) / n * 1000.0))
+        })
+        .collect();
+    println!(
+        "    mean time of a call, as the controller waited for it: {}",
+        took.join(", ")
+    );
 }
