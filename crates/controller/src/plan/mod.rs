@@ -50,9 +50,7 @@ pub struct Needs {
 }
 
 /// What to read about `target` before planning: its task queues while it is registered and
-/// not current (they are shown in the status), except for an AllAtOnce target without a
-/// gate, whose promotion does not wait for them (read beside the promotion, see
-/// `workerdeployment::observe::queues_beside`); the gate runs if a gate is set; the
+/// not current (they are shown in the status); the gate runs if a gate is set; the
 /// unversioned-poller check for a Progressive first rollout (no current version yet) that
 /// does not ramp yet. Such a target is Inactive, or Draining then Drained once a pinned gate
 /// run went to it (the server reactivates a version a pinned workflow starts on).
@@ -67,9 +65,7 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
     let step = step_index(steps, state.ramp_percentage);
     Needs {
         step_gate: (ramping && steps.get(step).is_some_and(|s| s.gate.is_some())).then_some(step),
-        task_queues: pending
-            && (wd.spec.rollout.strategy != RolloutStrategyKind::AllAtOnce
-                || wd.spec.rollout.gate.is_some()),
+        task_queues: pending,
         gates: pending && wd.spec.rollout.gate.is_some(),
         unversioned_pollers: pending
             && state.current_build_id.is_none()

@@ -506,7 +506,7 @@ async fn pipeline(
         gate_input = Ok(Default::default());
     }
 
-    let executing = execute::execute(
+    let applied = execute::execute(
         ctx,
         execute::Inputs {
             wd,
@@ -516,12 +516,8 @@ async fn pipeline(
             observed: &observed,
             gate_input,
         },
-    );
-    let queues = observe::queues_beside(wd, ctx, &temporal, &plan, &observed);
-    let (applied, queues) = tokio::join!(executing, queues);
-    if let Some(queues) = queues {
-        observed.target.task_queues = queues;
-    }
+    )
+    .await;
     phases.mark("execute");
     // Once the target is current (this pass's promotion counted), whether its task queues
     // have active pollers: the status says so (TWC #448).

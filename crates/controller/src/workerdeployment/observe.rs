@@ -17,7 +17,7 @@ use super::Context;
 use crate::connections::{self, Resolved};
 use crate::error::{Error, Result, Rpc, kube_message};
 use crate::plan::pods::PodsSeen;
-use crate::plan::{self, Observed, Plan, TargetObserved, build_id};
+use crate::plan::{self, Observed, TargetObserved, build_id};
 use crate::scoped::Scoped;
 use crate::temporal::gates::{TaskQueueRef, gate_workflow_id};
 use crate::temporal::reads::Priority;
@@ -202,33 +202,6 @@ pub async fn read_temporal(
         }
     }
     Ok((state, target_observed))
-}
-
-/// The task queues of a target promoted without them having been read (an AllAtOnce target
-/// without a gate, see [`plan::needs`]): read while the promotion goes, since the status shows
-/// them and the version's describe takes as long as the routing change right after a
-/// registration (0.4 s on the dev server). None when nothing is to be read or the read failed
-/// (the pollers' check reads them again).
-pub async fn queues_beside(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    temporal: &Temporal,
-    plan: &Plan,
-    observed: &Observed,
-) -> Option<Vec<TaskQueueRef>> {
-    let build = plan.target_build_id.as_str();
-    let promoting = matches!(&plan.routing, Some(plan::Routing::SetCurrent(b)) if b == build);
-    if !promoting || !observed.target.task_queues.is_empty() {
-        return None;
-    }
-    ctx.reads.take(&temporal.pool_key, Priority::Moving).await;
-    match temporal.target(wd, ctx.identity()).task_queues(build).await {
-        Ok(queues) => Some(queues),
-        Err(s) => {
-            tracing::debug!(build, "task queues beside the promotion: {}", s.message());
-            None
-        }
-    }
 }
 
 /// The worker groups (`default` without groups) a WorkerResourceTemplate of `wd` renders a

@@ -265,38 +265,3 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
         );
     }
 }
-
-#[test]
-fn an_allatonce_target_without_a_gate_is_promoted_without_reading_its_task_queues() {
-    let registered = |wd: &WorkerDeployment| {
-        let target = target_of(wd);
-        let o = world(wd)
-            .at(t(60))
-            .deployment("old", Some(1))
-            .version("old", VersionStatus::Current)
-            .current("old")
-            .deployment(&target, Some(1))
-            .version(&target, VersionStatus::Inactive)
-            .build();
-        (target, o)
-    };
-    let wd = wd("AllAtOnce", "w:v2");
-    let (target, o) = registered(&wd);
-    assert!(!needs(&wd, &target, &o.temporal).task_queues);
-    // No queue known: promoted all the same (read once current, for the status).
-    assert!(o.target.task_queues.is_empty());
-    assert_eq!(
-        plan(&wd, &conn(), &me(), &o).routing,
-        Some(Routing::SetCurrent(target.clone()))
-    );
-    // A gate runs on the queues, a ramp shows them while it lasts: read first.
-    let mut gated = wd.clone();
-    gated.spec.rollout.gate = Some(twc_api::GateWorkflowConfig {
-        workflow_type: "Check".into(),
-        ..Default::default()
-    });
-    assert!(needs(&gated, &target, &o.temporal).task_queues);
-    let progressive = super::wd("Progressive", "w:v2");
-    let (target, o) = registered(&progressive);
-    assert!(needs(&progressive, &target, &o.temporal).task_queues);
-}
