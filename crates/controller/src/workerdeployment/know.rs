@@ -168,7 +168,6 @@ mod tests {
             target: TargetObserved::default(),
             read_at: at(0),
             reuse: Reuse::Until(None),
-            written: false,
         };
         let listing = |names: &[&str]| Listing {
             at: at(10),

@@ -537,7 +537,6 @@ async fn pipeline(
         wd,
         ctx,
         remember::Pass {
-            spec: &resolved.spec,
             temporal: &temporal,
             observed: &observed,
             plan: &plan,

@@ -101,19 +101,7 @@ mod tests {
 
     #[test]
     fn each_phase_is_stamped_once_when_first_reached() {
-        let mut o = Observed {
-            now: at(0),
-            deployments: Default::default(),
-            temporal: Default::default(),
-            target: Default::default(),
-            autoscaled: Default::default(),
-            target_pods: Vec::new(),
-            pods_due: None,
-            pollers: None,
-            secrets_digest: None,
-            secrets_not_after: None,
-            secrets_written_at: None,
-        };
+        let mut o = Observed::at(at(0));
         o.temporal.exists = true;
         o.temporal.current_build_id = Some("v1".into());
         o.temporal.versions.insert(
