@@ -255,20 +255,10 @@ fn timeline(t: &twc_api::RolloutTimeline) -> String {
         .map(|p| format!(" (from {p})"))
         .unwrap_or_default();
     let _ = writeln!(o, "Last rollout: {}{from}", t.build_id);
-    let phases = [
-        ("spec seen", &t.spec_seen),
-        ("Deployment written", &t.deployment_written),
-        ("pods ready", &t.pods_ready),
-        ("first poller", &t.first_poller),
-        ("registered", &t.registered),
-        ("ramping", &t.ramping),
-        ("promoted", &t.promoted),
-        ("previous drained", &t.previous_drained),
-    ];
     let start = t.spec_seen.as_ref().map(|s| s.0);
     let mut before = start;
-    for (name, at) in phases {
-        let Some(at) = at.as_ref().map(|a| a.0) else {
+    for (name, at) in t.phases() {
+        let Some(at) = at.map(|a| a.0) else {
             continue;
         };
         let since = |from: Option<k8s_openapi::jiff::Timestamp>| {

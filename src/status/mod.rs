@@ -440,6 +440,40 @@ mod tests {
     }
 
     #[test]
+    fn the_detail_shows_the_last_rollouts_phases_since_the_spec_was_seen() {
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+        let at = |ms: i64| {
+            k8s_openapi::jiff::Timestamp::from_millisecond(1_800_000_000_000 + ms)
+                .ok()
+                .map(MicroTime)
+        };
+        let mut wd = ramping();
+        if let Some(s) = wd.status.as_mut() {
+            s.last_rollout = Some(twc_api::RolloutTimeline {
+                build_id: "v2-aaaa".into(),
+                previous_build_id: Some("v1-bbbb".into()),
+                spec_seen: at(0),
+                deployment_written: at(4),
+                pods_ready: at(612),
+                promoted: at(879),
+                ..Default::default()
+            });
+        }
+        let text = detail(&wd, &[], &Ok(BTreeMap::new()), now());
+        for line in [
+            "Last rollout: v2-aaaa (from v1-bbbb)",
+            "  spec seen            2027-01-15T08:00:00.000Z",
+            "  Deployment written   +0.004 s (+0.004 s)",
+            "  pods ready           +0.612 s (+0.608 s)",
+            "  promoted             +0.879 s (+0.267 s)",
+        ] {
+            assert!(text.contains(line), "{line:?} in {text}");
+        }
+        // Phases not reached are left out.
+        assert!(!text.contains("first poller"), "{text}");
+    }
+
+    #[test]
     fn a_failed_build_is_what_the_line_and_the_detail_say_first() {
         let mut wd = ramping();
         if let Some(s) = wd.status.as_mut() {

@@ -290,7 +290,8 @@ async fn timelines(
     tenants: &[Tenant],
     builds: &BTreeMap<String, String>,
 ) -> anyhow::Result<()> {
-    let mut rows: BTreeMap<&str, Vec<f64>> = BTreeMap::new();
+    // By the phase's place in the rollout: each since the one before.
+    let mut rows: BTreeMap<usize, (&str, Vec<f64>)> = BTreeMap::new();
     for t in tenants {
         let wd = Api::<WorkerDeployment>::namespaced(client.clone(), &t.ns)
             .get("w")
@@ -301,21 +302,16 @@ async fn timelines(
         if Some(&tl.build_id) != builds.get(&t.ns) {
             continue;
         }
-        let phases = [
-            ("a seen -> Deployment written", &tl.deployment_written),
-            ("b -> pods ready", &tl.pods_ready),
-            ("c -> first poller (Temporal)", &tl.first_poller),
-            ("d -> registered (read)", &tl.registered),
-            ("e -> ramping", &tl.ramping),
-            ("f -> promoted", &tl.promoted),
-        ];
         let mut before = tl.spec_seen.as_ref().map(|s| SystemTime::from(s.0));
-        for (name, at) in phases {
-            let Some(at) = at.as_ref().map(|a| SystemTime::from(a.0)) else {
+        for (i, (name, at)) in tl.phases().into_iter().enumerate().skip(1) {
+            let Some(at) = at.map(|a| SystemTime::from(a.0)) else {
                 continue;
             };
             if let Some(b) = before {
-                rows.entry(name).or_default().push(secs(b, at));
+                rows.entry(i)
+                    .or_insert((name, Vec::new()))
+                    .1
+                    .push(secs(b, at));
             }
             before = Some(at);
         }
@@ -323,9 +319,9 @@ async fn timelines(
     if rows.is_empty() {
         return Ok(());
     }
-    println!("  as the controller's status.lastRollout records it:");
-    for (k, v) in rows {
-        report(k, v);
+    println!("  as the controller's status.lastRollout records it (each since the one before):");
+    for (_, (k, v)) in rows {
+        report(&format!("-> {k}"), v);
     }
     Ok(())
 }

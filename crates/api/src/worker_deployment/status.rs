@@ -316,6 +316,22 @@ pub struct RolloutTimeline {
     pub previous_drained: Option<MicroTime>,
 }
 
+impl RolloutTimeline {
+    /// The phases in their order, with their names as `twc status` shows them.
+    pub fn phases(&self) -> [(&'static str, Option<&MicroTime>); 8] {
+        [
+            ("spec seen", self.spec_seen.as_ref()),
+            ("Deployment written", self.deployment_written.as_ref()),
+            ("pods ready", self.pods_ready.as_ref()),
+            ("first poller", self.first_poller.as_ref()),
+            ("registered", self.registered.as_ref()),
+            ("ramping", self.ramping.as_ref()),
+            ("promoted", self.promoted.as_ref()),
+            ("previous drained", self.previous_drained.as_ref()),
+        ]
+    }
+}
+
 /// A version whose workers wait to restart with renewed credential Secrets.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

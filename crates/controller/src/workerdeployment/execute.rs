@@ -376,7 +376,6 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_current(build, token, false)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
-            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::Promoted {
                 build: build.clone(),
             });
@@ -386,7 +385,6 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_ramping(build, *pct, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
-            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::Ramped {
                 build: build.clone(),
                 percentage: *pct,
@@ -397,10 +395,10 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
                 .set_ramping("", 0.0, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
-            applied.routed_at = Some(std::time::SystemTime::now());
             applied.done.push(Done::RampCleared);
         }
     }
+    applied.routed_at = Some(std::time::SystemTime::now());
     Ok(())
 }
 

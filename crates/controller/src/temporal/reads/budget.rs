@@ -53,13 +53,28 @@ impl Budget {
     pub async fn take(&self, priority: Priority) {
         let start = Instant::now();
         let (tx, rx) = oneshot::channel();
-        use std::sync::atomic::Ordering::Relaxed;
-        self.waiting.fetch_add(1, Relaxed);
+        // Counted while waiting, also when the wait is given up (the future dropped).
+        let _waiting = Waiting::new(&self.waiting);
         if self.asks.send((priority, tx)).is_ok() {
             let _ = rx.await;
         }
-        self.waiting.fetch_sub(1, Relaxed);
         crate::metrics::global().read_budget_waited(priority.label(), start.elapsed());
+    }
+}
+
+/// One read counted in [`Budget::waiting`] for as long as it lives.
+struct Waiting<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl<'a> Waiting<'a> {
+    fn new(count: &'a std::sync::atomic::AtomicUsize) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(count)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 
@@ -122,6 +137,27 @@ async fn dispatch(
 mod tests {
     use super::*;
     use std::sync::{Arc, Mutex};
+
+    #[tokio::test(start_paused = true)]
+    async fn a_read_given_up_no_longer_counts_as_waiting() {
+        let budget = Budget::new(1.0, 1);
+        budget.take(Priority::Moving).await;
+        // No token for a second: given up after 0.1 s.
+        let gave_up =
+            tokio::time::timeout(Duration::from_millis(100), budget.take(Priority::Steady)).await;
+        assert!(gave_up.is_err());
+        assert_eq!(budget.waiting(), 0);
+        let waiting = budget.take(Priority::Steady);
+        tokio::pin!(waiting);
+        assert!(
+            tokio::time::timeout(Duration::from_millis(10), &mut waiting)
+                .await
+                .is_err()
+        );
+        assert_eq!(budget.waiting(), 1);
+        waiting.await;
+        assert_eq!(budget.waiting(), 0);
+    }
 
     #[tokio::test(start_paused = true)]
     async fn the_budget_is_never_exceeded_and_moving_reads_go_first() {
