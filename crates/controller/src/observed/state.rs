@@ -77,4 +77,19 @@ impl Listed {
                 .as_ref()
                 .is_none_or(|b| state.versions.contains_key(b))
     }
+
+    /// Whether it routes as `state` says, a state this controller's own routing write left
+    /// (whose revision and change times only a read would tell): the same current and
+    /// ramping versions at the same percentage, and no version registered that it does not
+    /// know.
+    pub fn routes_as(&self, state: &DeploymentState) -> bool {
+        state.exists
+            && self.current_build_id == state.current_build_id
+            && self.ramping_build_id == state.ramping_build_id
+            && self.ramp_percentage.to_bits() == state.ramp_percentage.to_bits()
+            && self
+                .latest_build_id
+                .as_ref()
+                .is_none_or(|b| state.versions.contains_key(b))
+    }
 }

@@ -70,7 +70,7 @@ pub fn decide(d: &Deciding<'_>, wd: &twc_api::WorkerDeployment) -> Knowing {
             };
         }
     }
-    if absent_from(d.listing, d.deployment, d.snapshot) {
+    if absent_from(d.listing, d.deployment, d.snapshot, d.remembered) {
         return Knowing::Absent;
     }
     Knowing::Read(reads::priority(d.remembered, wd))
@@ -87,9 +87,19 @@ fn any_workers_up(observed: &Observed) -> bool {
 /// Whether the worker deployment `name` is known not to exist: the namespace's listing does
 /// not show it, and none of its versions' workers are up (only their pollers would make it
 /// since the listing). Then a new WorkerDeployment gets its first Deployment, and thousands
-/// whose pods never start wait, without a read each.
-fn absent_from(listing: Option<&Listing>, name: &str, observed: &Observed) -> bool {
-    listing.is_some_and(|l| !l.deployments.contains_key(name)) && !any_workers_up(observed)
+/// whose pods never start wait, without a read each. A listing taken before the last read
+/// that found it says nothing of it (a listing stands in for up to twice its period: a
+/// version registered and its workers scaled to zero by an autoscaler within it would
+/// otherwise read as absent, and its scale be undone).
+fn absent_from(
+    listing: Option<&Listing>,
+    name: &str,
+    observed: &Observed,
+    remembered: Option<&Remembered>,
+) -> bool {
+    let seen_since = |l: &Listing| remembered.is_some_and(|r| r.state.exists && r.read_at >= l.at);
+    listing.is_some_and(|l| !l.deployments.contains_key(name) && !seen_since(l))
+        && !any_workers_up(observed)
 }
 
 #[cfg(test)]
@@ -124,10 +134,19 @@ mod tests {
         assert!(absent_from(
             Some(&listing(&["ns/other"])),
             "ns/wd",
-            &observed
+            &observed,
+            None
         ));
-        assert!(!absent_from(Some(&listing(&["ns/wd"])), "ns/wd", &observed));
-        assert!(!absent_from(None, "ns/wd", &observed), "no listing: read");
+        assert!(!absent_from(
+            Some(&listing(&["ns/wd"])),
+            "ns/wd",
+            &observed,
+            None
+        ));
+        assert!(
+            !absent_from(None, "ns/wd", &observed, None),
+            "no listing: read"
+        );
         assert!(wants_listing(None, &observed), "to know it absent");
         // Its workers are up: their pollers may have made it since the listing.
         if let Some(d) = observed.deployments.get_mut("b1") {
@@ -137,7 +156,8 @@ mod tests {
         assert!(!absent_from(
             Some(&listing(&["ns/other"])),
             "ns/wd",
-            &observed
+            &observed,
+            None
         ));
         assert!(!wants_listing(None, &observed), "nothing to reuse: read");
     }
@@ -168,6 +188,7 @@ mod tests {
             target: TargetObserved::default(),
             read_at: at(0),
             reuse: Reuse::Until(None),
+            written: false,
         };
         let listing = |names: &[&str]| Listing {
             at: at(10),
@@ -228,5 +249,25 @@ mod tests {
             Knowing::Read(Priority::Moving)
         );
         assert!(!Knowing::Read(Priority::Steady).stands_in() && Knowing::Absent.stands_in());
+        // A listing taken before the read that found it (its target's workers just scaled to
+        // zero, so the state is not reused): not absent, read again.
+        let found_after = Remembered {
+            read_at: at(15),
+            target_up: true,
+            ..remembered.clone()
+        };
+        assert!(matches!(
+            deciding(Some(&found_after), Some(&listing(&[]))),
+            Knowing::Read(_)
+        ));
+        // A listing taken after it: absent (it was deleted since).
+        let found_before = Remembered {
+            read_at: at(5),
+            ..found_after
+        };
+        assert_eq!(
+            deciding(Some(&found_before), Some(&listing(&[]))),
+            Knowing::Absent
+        );
     }
 }

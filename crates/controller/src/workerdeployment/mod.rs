@@ -537,6 +537,7 @@ async fn pipeline(
         wd,
         ctx,
         remember::Pass {
+            spec: &resolved.spec,
             temporal: &temporal,
             observed: &observed,
             plan: &plan,

@@ -20,6 +20,9 @@ pub struct Remembered {
     pub target: TargetObserved,
     pub read_at: SystemTime,
     pub reuse: Reuse,
+    /// Not read: the state a routing write of this controller left (its answer does not
+    /// carry the routing's revision and times). A listing confirms it by its routing alone.
+    pub written: bool,
 }
 
 /// What a reconcile holds when it asks whether it may skip the read.
@@ -60,6 +63,7 @@ pub fn may_reuse(
         return true;
     }
     match listing.deployments.get(deployment) {
+        Some(l) if r.written => l.routes_as(&r.state),
         Some(l) => l.agrees_with(&r.state),
         None => !r.state.exists,
     }
@@ -135,6 +139,7 @@ mod tests {
             target: Default::default(),
             read_at: at(10),
             reuse,
+            written: false,
         }
     }
 
@@ -208,6 +213,56 @@ mod tests {
             &remembered(Reuse::Never),
             &ok,
             Some(&same),
+            "ns/wd"
+        ));
+    }
+
+    #[test]
+    fn a_state_a_routing_write_left_is_confirmed_by_the_listings_routing() {
+        // The write's answer has no revision nor times: the remembered state keeps the old.
+        let mut r = remembered(Reuse::Until(None));
+        r.written = true;
+        let pk = key("h:7233");
+        let ok = Asking {
+            pool_key: &pk,
+            target_build: "b1",
+            target_up: true,
+            now: at(30),
+        };
+        let mut shown = listed(&r.state);
+        shown.routing = RoutingMark {
+            revision: 4,
+            current_changed_at: Some(at(9)),
+        };
+        let confirming = listing(20, vec![("ns/wd", shown.clone())]);
+        assert!(may_reuse(&r, &ok, Some(&confirming), "ns/wd"));
+        // A state read is not: its revision must match.
+        r.written = false;
+        assert!(!may_reuse(&r, &ok, Some(&confirming), "ns/wd"));
+        r.written = true;
+        // Another routing since (someone else's write), or a version it does not know: read.
+        let mut other = shown.clone();
+        other.current_build_id = Some("b2".into());
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", other)])),
+            "ns/wd"
+        ));
+        let mut ramped = shown.clone();
+        ramped.ramping_build_id = Some("b2".into());
+        ramped.ramp_percentage = 10.0;
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", ramped)])),
+            "ns/wd"
+        ));
+        shown.latest_build_id = Some("b9".into());
+        assert!(!may_reuse(
+            &r,
+            &ok,
+            Some(&listing(20, vec![("ns/wd", shown)])),
             "ns/wd"
         ));
     }
