@@ -107,6 +107,13 @@ fn after(
     if again.needs_fresh_state() {
         return None;
     }
-    let pace = plan::pace::pace(wd, &after, &again, &ctx.intervals);
+    let mut pace = plan::pace::pace(wd, &after, &again, &ctx.intervals);
+    // Beside the routing, the state holds what the read before the write saw of each
+    // version (a workflow pinned since makes an Inactive one Draining, unlisted): trusted no
+    // longer than a draining version's state would be.
+    if let plan::pace::Reuse::Until(until) = pace.reuse {
+        let by = after.now + ctx.intervals.drainage;
+        pace.reuse = plan::pace::Reuse::Until(Some(until.map_or(by, |u| u.min(by))));
+    }
     Some((after.temporal, pace))
 }
