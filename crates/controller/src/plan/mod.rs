@@ -40,6 +40,10 @@ pub use sunset::scaledown_delay;
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Needs {
     pub task_queues: bool,
+    /// Read the target's task queues after the pass, for the status, unless it was promoted
+    /// (then the next pass reads them): an AllAtOnce target without a gate is promoted
+    /// without waiting for them.
+    pub task_queues_after: bool,
     pub gates: bool,
     pub unversioned_pollers: bool,
     /// Count the workflows closed on the ramping target since its step began.
@@ -50,7 +54,10 @@ pub struct Needs {
 }
 
 /// What to read about `target` before planning: its task queues while it is registered and
-/// not current (they are shown in the status); the gate runs if a gate is set; the
+/// not current (they are shown in the status), except for an AllAtOnce target without a gate,
+/// whose promotion does not wait for them (right after a registration the server takes up to
+/// a second to describe the version: read after the pass, or once current for the status);
+/// the gate runs if a gate is set; the
 /// unversioned-poller check for a Progressive first rollout (no current version yet) that
 /// does not ramp yet. Such a target is Inactive, or Draining then Drained once a pinned gate
 /// run went to it (the server reactivates a version a pinned workflow starts on).
@@ -63,9 +70,12 @@ pub fn needs(wd: &WorkerDeployment, target: &str, state: &DeploymentState) -> Ne
         && state.ramping_build_id.as_deref() == Some(target)
         && wd.spec.rollout.strategy == RolloutStrategyKind::Progressive;
     let step = step_index(steps, state.ramp_percentage);
+    let promoted_at_once = wd.spec.rollout.strategy == RolloutStrategyKind::AllAtOnce
+        && wd.spec.rollout.gate.is_none();
     Needs {
         step_gate: (ramping && steps.get(step).is_some_and(|s| s.gate.is_some())).then_some(step),
-        task_queues: pending,
+        task_queues: pending && !promoted_at_once,
+        task_queues_after: pending && promoted_at_once,
         gates: pending && wd.spec.rollout.gate.is_some(),
         unversioned_pollers: pending
             && state.current_build_id.is_none()

@@ -526,6 +526,11 @@ async fn pipeline(
         .done
         .iter()
         .any(|d| matches!(d, execute::Done::Promoted { build } if build == target));
+    if applied.error.is_none() && !promoted {
+        // Planned without its task queues (an AllAtOnce target, see `plan::needs`) and not
+        // promoted: read now, for the status.
+        observe::queues_after(wd, ctx, &temporal, &mut observed, target).await;
+    }
     if applied.error.is_none()
         && (promoted || observed.temporal.current_build_id.as_deref() == Some(target))
     {

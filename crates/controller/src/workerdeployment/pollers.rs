@@ -83,7 +83,7 @@ const LIST_GRACE: std::time::Duration = std::time::Duration::from_secs(90);
 /// Whether the task queues of `build` have active pollers (see [`plan::pollers`]): the
 /// namespace's shared worker list, and `DescribeTaskQueue` (within the read budget) only
 /// where the list cannot tell. The queues are the ones read for the target, else the ones the
-/// status recorded; read once if neither knows any.
+/// status recorded; read once if neither knows any (not in the pass that promoted it).
 async fn queue_pollers(
     wd: &WorkerDeployment,
     ctx: &Context,
@@ -100,7 +100,8 @@ async fn queue_pollers(
             .collect()
     };
     let mut known = workflow_queues(&observed.target.task_queues);
-    if known.is_empty() {
+    // Read already (an activity-only version has no workflow queue): not again.
+    if observed.target.task_queues.is_empty() {
         known = recorded_queues(wd, build);
         // Kept in what was observed, so that the status goes on recording them.
         observed.target.task_queues = known
@@ -110,6 +111,14 @@ async fn queue_pollers(
                 workflow: true,
             })
             .collect();
+    }
+    // Promoted in this pass without its queues read (an AllAtOnce target is, see
+    // `plan::needs`): the version's describe right after the routing change would hold the
+    // status back by up to a second, and the worker list is not settled yet anyway (unknown
+    // either way). The next pass reads them (see `remember::pace_and_remember`).
+    let promoted = observed.temporal.current_build_id.as_deref() != Some(build);
+    if observed.target.task_queues.is_empty() && promoted {
+        return Pollers::Unknown;
     }
     let presence = ctx.reads.presence(&temporal.conn, &temporal.pool_key).await;
     let up_since = observed
@@ -127,11 +136,18 @@ async fn queue_pollers(
         hosts: BTreeSet::new(),
     });
     let target = temporal.target(wd, ctx.identity());
-    if known.is_empty() && listed.as_ref().is_none_or(|l| l.queues.is_empty()) {
+    // Neither read nor recorded: read once (the worker list's queues would do for the
+    // judgement, but the status records the version's own), and remembered.
+    if observed.target.task_queues.is_empty() {
         ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
         match target.task_queues(build).await {
             Ok(qs) => {
                 known = workflow_queues(&qs);
+                ctx.memories.update(&key, |m| {
+                    if let Some(r) = m.read.as_mut().filter(|r| r.target_build == build) {
+                        r.target.task_queues = qs.clone();
+                    }
+                });
                 observed.target.task_queues = qs;
             }
             Err(s) => {

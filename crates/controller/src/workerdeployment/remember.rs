@@ -57,6 +57,15 @@ pub(super) fn pace_and_remember(wd: &WorkerDeployment, ctx: &Context, pass: Pass
         let backlog = ctx.reads.backlog(&temporal.pool_key);
         pace.requeue = pace.requeue.max(backlog.min(ctx.intervals.moving));
     }
+    // Promoted without its task queues read (an AllAtOnce target): the next pass reads them
+    // for the status, within the fast poll.
+    let promoted = applied
+        .done
+        .iter()
+        .any(|d| matches!(d, Done::Promoted { build } if *build == plan.target_build_id));
+    if promoted && observed.target.task_queues.is_empty() {
+        pace.requeue = pace.requeue.min(ctx.intervals.moving);
+    }
     if fresh && applied.error.is_none() {
         let (state, written, read_at) = match routed {
             Some((after, _)) => (after, true, SystemTime::now()),

@@ -42,6 +42,25 @@ pub async fn conditions_ready_reason_rollout_complete(w: &'static World) {
         ),
         "{progressing:?}"
     );
+    // Promoted without waiting for its task queues (AllAtOnce): the current version's status
+    // shows them soon after (the pass after the promotion reads them).
+    let queues = vec![twc_api::TaskQueue {
+        name: s.name.clone(),
+    }];
+    crate::common::wait_wd(
+        &s.client,
+        &s.ns,
+        &s.name,
+        "the current version's task queues in the status",
+        WAIT,
+        |wd| {
+            wd.status
+                .as_ref()
+                .and_then(|st| st.current_version.as_ref())
+                .is_some_and(|t| t.base.build_id == build && t.base.task_queues == queues)
+        },
+    )
+    .await;
 }
 
 /// `conditions-missing-connection`.

@@ -265,3 +265,46 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
         );
     }
 }
+
+#[test]
+fn an_allatonce_target_without_a_gate_is_promoted_without_reading_its_task_queues() {
+    let registered = |wd: &WorkerDeployment| {
+        let target = target_of(wd);
+        let o = world(wd)
+            .at(t(60))
+            .deployment("old", Some(1))
+            .version("old", VersionStatus::Current)
+            .current("old")
+            .deployment(&target, Some(1))
+            .version(&target, VersionStatus::Inactive)
+            .build();
+        (target, o)
+    };
+    let wd = wd("AllAtOnce", "w:v2");
+    let (target, o) = registered(&wd);
+    let needs = needs(&wd, &target, &o.temporal);
+    assert!(!needs.task_queues, "not read before the plan");
+    assert!(needs.task_queues_after, "read after it, for the status");
+    // No queue known: promoted all the same.
+    assert!(o.target.task_queues.is_empty());
+    assert_eq!(
+        plan(&wd, &conn(), &me(), &o).routing,
+        Some(Routing::SetCurrent(target.clone()))
+    );
+    // A gate runs on the queues, a ramp shows them while it lasts: read first.
+    let mut gated = wd.clone();
+    gated.spec.rollout.gate = Some(twc_api::GateWorkflowConfig {
+        workflow_type: "Check".into(),
+        ..Default::default()
+    });
+    let gated_needs = super::needs(&gated, &target, &o.temporal);
+    assert!(gated_needs.task_queues && !gated_needs.task_queues_after);
+    let progressive = super::wd("Progressive", "w:v2");
+    let (target, o) = registered(&progressive);
+    assert!(super::needs(&progressive, &target, &o.temporal).task_queues);
+    // Once current, neither: the pollers' check reads them if the status has none.
+    let mut current = o.temporal.clone();
+    current.current_build_id = Some(target.clone());
+    let after = super::needs(&wd, &target, &current);
+    assert!(!after.task_queues && !after.task_queues_after);
+}
