@@ -519,23 +519,17 @@ async fn pipeline(
     )
     .await;
     phases.mark("execute");
-    // Once the target is current (this pass's promotion counted), whether its task queues
-    // have active pollers: the status says so (TWC #448).
-    let target = plan.target_build_id.as_str();
-    let promoted = applied
-        .done
-        .iter()
-        .any(|d| matches!(d, execute::Done::Promoted { build } if build == target));
-    if applied.error.is_none() && !promoted {
-        // Planned without its task queues (an AllAtOnce target, see `plan::needs`) and not
-        // promoted: read now, for the status.
-        observe::queues_after(wd, ctx, &temporal, &mut observed, target).await;
-    }
     if applied.error.is_none()
-        && (promoted || observed.temporal.current_build_id.as_deref() == Some(target))
+        && pollers::after_pass(
+            wd,
+            ctx,
+            &temporal,
+            &mut observed,
+            &applied,
+            &plan.target_build_id,
+        )
+        .await
     {
-        let pollers = pollers::pollers(wd, ctx, &temporal, &mut observed, &plan.target_build_id);
-        observed.pollers = Some(pollers.await);
         phases.mark("pollers");
     }
     let pace = remember::pace_and_remember(

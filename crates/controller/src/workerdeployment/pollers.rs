@@ -1,6 +1,7 @@
 //! Whether the current version's workers poll: its task queues, and for a grouped version
 //! each group (a group whose pods poll nothing, or another namespace, leaves its own task
-//! queue without the version's workers, which no task queue of the version can show).
+//! queue without the version's workers, which no task queue of the version can show); and the
+//! target's task queues its plan went without (see [`after_pass`]).
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -8,16 +9,43 @@ use kube::ResourceExt;
 use twc_api::WorkerDeployment;
 
 use super::Context;
+use super::execute::{Applied, Done};
 use super::observe::Temporal;
 use crate::observed::Pollers;
 use crate::plan::{self, Observed};
 use crate::temporal::gates::TaskQueueRef;
 use crate::temporal::reads::Priority;
 
+/// After a pass that did what it planned: the target's task queues if its plan went without
+/// them and it was not promoted (an AllAtOnce target held back, see `plan::needs`), for the
+/// status; and once it is current (this pass's promotion counted), whether its task queues
+/// have active pollers: the status says so (TWC #448). Whether the pollers were judged.
+pub async fn after_pass(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    temporal: &Temporal,
+    observed: &mut Observed,
+    applied: &Applied,
+    target: &str,
+) -> bool {
+    let promoted = applied
+        .done
+        .iter()
+        .any(|d| matches!(d, Done::Promoted { build } if build == target));
+    if !promoted {
+        super::observe::queues_after(wd, ctx, temporal, observed, target).await;
+    }
+    if !promoted && observed.temporal.current_build_id.as_deref() != Some(target) {
+        return false;
+    }
+    observed.pollers = Some(pollers(wd, ctx, temporal, observed, target).await);
+    true
+}
+
 /// Whether `build`, the current version, has active pollers: every task queue known to be its
 /// (TWC #448), then every worker group with ready pods (named when the worker list shows none
 /// of its pods among the version's workers).
-pub async fn pollers(
+async fn pollers(
     wd: &WorkerDeployment,
     ctx: &Context,
     temporal: &Temporal,
