@@ -175,6 +175,9 @@ struct Run {
     incomplete: usize,
     /// The slowest spec change made during the resync, and how many were seen of how many.
     resync_changes: Option<(Duration, usize, usize)>,
+    /// The WorkerDeployments the resync changed (already at the next tag: the spec changes
+    /// that follow pick others).
+    resync_changed: std::collections::HashSet<(String, String)>,
     started: Instant,
 }
 
@@ -305,6 +308,7 @@ async fn run(cli: Cli) -> anyhow::Result<bool> {
         tag: 1,
         incomplete: 0,
         resync_changes: None,
+        resync_changed: Default::default(),
         started,
     };
     print_setup(&run);

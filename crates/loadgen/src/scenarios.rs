@@ -28,13 +28,14 @@ impl Run {
         self.controller.process.restart(Duration::from_secs(10))?;
         self.controller.wait_ready().await?;
         let ready = t.elapsed();
-        // Changes while the restarted controller reads everything again (not the WorkerDeployments
-        // `spec_changes` picks: those are at offset 0 of each step, these at half a step).
+        // Changes while the restarted controller reads everything again (`spec_changes` picks
+        // others: these are already at the next tag).
         let k = self.cli.resync_changes.min(self.total() / 2);
         let step = self.total() / k.max(1);
         let picked: Vec<(String, String)> = (0..k)
             .map(|i| self.wds[i * step + step / 2].clone())
             .collect();
+        self.resync_changed.extend(picked.iter().cloned());
         let tag = self.tag + 1;
         let (written, want) = self
             .change_images(&picked, Duration::from_secs(2), tag)
@@ -195,7 +196,18 @@ impl Run {
         }
         eprintln!("spec-change latency: {k} image changes...");
         let step = self.total() / k;
-        let picked: Vec<(String, String)> = (0..k).map(|i| self.wds[i * step].clone()).collect();
+        // Each step's first WorkerDeployment the resync did not change (one it did would not
+        // get a new version: its image is already the one written).
+        let picked: Vec<(String, String)> = (0..k)
+            .filter_map(|i| {
+                self.wds[i * step..]
+                    .iter()
+                    .take(step)
+                    .find(|wd| !self.resync_changed.contains(*wd))
+                    .cloned()
+            })
+            .collect();
+        let k = picked.len();
         let tag = self.tag + 1;
         let spread = Duration::from_secs(self.cli.changes_spread_seconds);
         let (written, want) = self.change_images(&picked, spread, tag).await?;
