@@ -88,6 +88,15 @@ pub struct Applied {
     pub routed_at: Option<std::time::SystemTime>,
 }
 
+impl Applied {
+    /// Whether this pass made `build` current.
+    pub fn promoted(&self, build: &str) -> bool {
+        self.done
+            .iter()
+            .any(|d| matches!(d, Done::Promoted { build: b } if b == build))
+    }
+}
+
 /// The body of a scale to `replicas` of the Deployment `seen`. A scale-down carries the
 /// resourceVersion the plan saw, so the apiserver refuses it (409) if the Deployment changed
 /// since; a scale-up, which stops nothing, does not.

@@ -222,28 +222,6 @@ fn autoscaled(
         .collect()
 }
 
-/// The task queues of target `build` when its plan went without them and they are not known
-/// yet (see [`plan::Needs::task_queues_after`]), for the status: read after the pass, at
-/// the steady priority; a failure leaves them unknown until the next pass.
-pub async fn queues_after(
-    wd: &WorkerDeployment,
-    ctx: &Context,
-    temporal: &Temporal,
-    observed: &mut Observed,
-    build: &str,
-) {
-    if !observed.target.task_queues.is_empty()
-        || !plan::needs(wd, build, &observed.temporal).task_queues_after
-    {
-        return;
-    }
-    ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
-    match temporal.target(wd, ctx.identity()).task_queues(build).await {
-        Ok(qs) => observed.target.task_queues = qs,
-        Err(s) => tracing::debug!(build, "task queues of the target: {}", s.message()),
-    }
-}
-
 /// Reads what the planner needs about `build` beyond `DescribeWorkerDeployment` (see
 /// [`plan::needs`]).
 async fn target_version(

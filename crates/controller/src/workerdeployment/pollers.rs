@@ -9,7 +9,7 @@ use kube::ResourceExt;
 use twc_api::WorkerDeployment;
 
 use super::Context;
-use super::execute::{Applied, Done};
+use super::execute::Applied;
 use super::observe::Temporal;
 use crate::observed::Pollers;
 use crate::plan::{self, Observed};
@@ -28,18 +28,41 @@ pub async fn after_pass(
     applied: &Applied,
     target: &str,
 ) -> bool {
-    let promoted = applied
-        .done
-        .iter()
-        .any(|d| matches!(d, Done::Promoted { build } if build == target));
-    if !promoted {
-        super::observe::queues_after(wd, ctx, temporal, observed, target).await;
-    }
+    let promoted = applied.promoted(target);
     if !promoted && observed.temporal.current_build_id.as_deref() != Some(target) {
+        if observed.target.task_queues.is_empty()
+            && plan::needs(wd, target, &observed.temporal).task_queues_after
+            && let Err(s) = read_queues(wd, ctx, temporal, observed, target).await
+        {
+            tracing::debug!(target, "task queues of the target: {}", s.message());
+        }
         return false;
     }
     observed.pollers = Some(pollers(wd, ctx, temporal, observed, target).await);
     true
+}
+
+/// Reads `build`'s task queues (the version's describe, at the steady priority) into what
+/// was observed and into the remembered read, so that later passes do not read them again.
+async fn read_queues(
+    wd: &WorkerDeployment,
+    ctx: &Context,
+    temporal: &Temporal,
+    observed: &mut Observed,
+    build: &str,
+) -> Result<(), crate::temporal::Status> {
+    ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
+    let qs = temporal
+        .target(wd, ctx.identity())
+        .task_queues(build)
+        .await?;
+    ctx.memories.update(&super::key(wd), |m| {
+        if let Some(r) = m.read.as_mut().filter(|r| r.target_build == build) {
+            r.target.task_queues = qs.clone();
+        }
+    });
+    observed.target.task_queues = qs;
+    Ok(())
 }
 
 /// Whether `build`, the current version, has active pollers: every task queue known to be its
@@ -167,17 +190,8 @@ async fn queue_pollers(
     // Neither read nor recorded: read once (the worker list's queues would do for the
     // judgement, but the status records the version's own), and remembered.
     if observed.target.task_queues.is_empty() {
-        ctx.reads.take(&temporal.pool_key, Priority::Steady).await;
-        match target.task_queues(build).await {
-            Ok(qs) => {
-                known = workflow_queues(&qs);
-                ctx.memories.update(&key, |m| {
-                    if let Some(r) = m.read.as_mut().filter(|r| r.target_build == build) {
-                        r.target.task_queues = qs.clone();
-                    }
-                });
-                observed.target.task_queues = qs;
-            }
+        match read_queues(wd, ctx, temporal, observed, build).await {
+            Ok(()) => known = workflow_queues(&observed.target.task_queues),
             Err(s) => {
                 tracing::debug!(build, "task queues of the current version: {}", s.message());
                 return Pollers::Unknown;

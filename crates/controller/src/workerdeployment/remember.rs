@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 use twc_api::WorkerDeployment;
 
-use super::execute::{Applied, Done};
+use super::execute::Applied;
 use super::{Context, key, observe};
 use crate::plan::{self, Observed, Plan, pace::Pace};
 use crate::temporal::DeploymentState;
@@ -59,11 +59,7 @@ pub(super) fn pace_and_remember(wd: &WorkerDeployment, ctx: &Context, pass: Pass
     }
     // Promoted without its task queues read (an AllAtOnce target): the next pass reads them
     // for the status, within the fast poll.
-    let promoted = applied
-        .done
-        .iter()
-        .any(|d| matches!(d, Done::Promoted { build } if *build == plan.target_build_id));
-    if promoted && observed.target.task_queues.is_empty() {
+    if applied.promoted(&plan.target_build_id) && observed.target.task_queues.is_empty() {
         pace.requeue = pace.requeue.min(ctx.intervals.moving);
     }
     if fresh && applied.error.is_none() {
@@ -100,13 +96,7 @@ fn after(
 ) -> Option<(DeploymentState, Pace)> {
     let only_routing =
         plan.start_gates.is_empty() && plan.delete_versions.is_empty() && plan.retire.is_empty();
-    let routed = applied.done.iter().any(|d| {
-        matches!(
-            d,
-            Done::Promoted { .. } | Done::Ramped { .. } | Done::RampCleared
-        )
-    });
-    if applied.error.is_some() || !only_routing || !routed {
+    if applied.error.is_some() || !only_routing || applied.routed_at.is_none() {
         return None;
     }
     // Stamped with the time the write was answered: the change's time in Temporal is at

@@ -72,6 +72,20 @@ fn world(wd: &WorkerDeployment) -> World {
     }
 }
 
+/// At `t(60)`: `old` current and running, `wd`'s target registered (Inactive) with its
+/// Deployment up; returns the target's build ID.
+fn registered_beside_current(wd: &WorkerDeployment) -> (String, World) {
+    let target = target_of(wd);
+    let w = world(wd)
+        .at(t(60))
+        .deployment("old", Some(1))
+        .version("old", VersionStatus::Current)
+        .current("old")
+        .deployment(&target, Some(1))
+        .version(&target, VersionStatus::Inactive);
+    (target, w)
+}
+
 impl World {
     /// The time the plan is made for.
     fn at(mut self, now: SystemTime) -> Self {

@@ -89,16 +89,8 @@ fn a_target_whose_workers_just_came_up_is_read_again_within_a_quarter_second() {
 #[test]
 fn a_routing_write_is_followed_by_a_read() {
     let wd = wd("AllAtOnce", "w:v2");
-    let target = target_of(&wd);
-    let o = world(&wd)
-        .at(t(60))
-        .deployment("old", Some(1))
-        .version("old", VersionStatus::Current)
-        .current("old")
-        .deployment(&target, Some(1))
-        .version(&target, VersionStatus::Inactive)
-        .task_queues(vec![workflow_queue("q")])
-        .build();
+    let (_, w) = registered_beside_current(&wd);
+    let o = w.task_queues(vec![workflow_queue("q")]).build();
     let (plan, p) = paced(&wd, &o);
     assert!(plan.routing.is_some());
     assert!(plan.needs_fresh_state());

@@ -269,16 +269,8 @@ fn a_first_version_ramping_from_unversioned_workers_walks_the_steps() {
 #[test]
 fn an_allatonce_target_without_a_gate_is_promoted_without_reading_its_task_queues() {
     let registered = |wd: &WorkerDeployment| {
-        let target = target_of(wd);
-        let o = world(wd)
-            .at(t(60))
-            .deployment("old", Some(1))
-            .version("old", VersionStatus::Current)
-            .current("old")
-            .deployment(&target, Some(1))
-            .version(&target, VersionStatus::Inactive)
-            .build();
-        (target, o)
+        let (target, w) = registered_beside_current(wd);
+        (target, w.build())
     };
     let wd = wd("AllAtOnce", "w:v2");
     let (target, o) = registered(&wd);
