@@ -36,6 +36,8 @@ use serde_json::json;
 use twc_api::{Connection, WorkerDeployment};
 use twc_controller::controller::{Config, prepare};
 
+#[path = "rollout_latency/asked.rs"]
+mod asked;
 #[path = "rollout_latency/calls.rs"]
 mod calls;
 
@@ -129,7 +131,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 fn report(what: &str, mut v: Vec<f64>) {
     v.sort_by(f64::total_cmp);
     println!(
-        "  {what:<44} p50 {:>6.2} s   p99 {:>6.2} s   max {:>6.2} s   (n={})",
+        "  {what:<58} p50 {:>6.2} s   p99 {:>6.2} s   max {:>6.2} s   (n={})",
         percentile(&v, 0.5),
         percentile(&v, 0.99),
         v.last().copied().unwrap_or(f64::NAN),
@@ -247,6 +249,23 @@ async fn round(
                 .copied()
                 .unwrap_or(ended)
         };
+        if std::env::var_os("TWC_BENCH_VERBOSE").is_some() {
+            let at = |t: SystemTime| {
+                k8s_openapi::jiff::Timestamp::try_from(t)
+                    .map(|t| t.to_string())
+                    .unwrap_or_default()
+            };
+            println!(
+                "  {} {build}: written {} deployment {} available {} registered {} current {} status {}",
+                t.ns,
+                at(w),
+                at(created),
+                ready.map(at).unwrap_or_default(),
+                at(rec.created),
+                at(rec.current),
+                at(status)
+            );
+        }
         let mut row = |k: &'static str, v: f64| rows.entry(k).or_default().push(v);
         row("1 spec written -> versioned Deployment", secs(w, created));
         if let Some(ready) = ready {
@@ -263,6 +282,29 @@ async fn round(
             row("4 registered -> ramping", secs(rec.created, ramping));
         }
         row("5 registered -> Current", secs(rec.created, rec.current));
+        // Of it: the controller's and the server's parts, from the pass that promoted.
+        if let (Some(p), Some(ready), None) =
+            (asked::global().promotion(&t.ns, build), ready, rec.ramping)
+        {
+            row(
+                "5a   registered and available -> promoting pass (controller)",
+                secs(rec.created.max(ready), p.pass_began),
+            );
+            if let Some(took) = p.read_took {
+                row(
+                    "5b   its read of the worker deployment (server)",
+                    took.as_secs_f64(),
+                );
+            }
+            row(
+                "5c   pass began -> promotion asked, less the read (controller)",
+                secs(p.pass_began, p.asked) - p.read_took.map_or(0.0, |d| d.as_secs_f64()),
+            );
+            row(
+                "5d   promotion asked -> currentSinceTime (server)",
+                secs(p.asked, rec.current),
+            );
+        }
         row("6 Current -> status shows it", secs(rec.current, status));
         row("7 spec written -> Current", secs(w, rec.current));
         last_poll = last_poll.max(rec.created);
@@ -350,6 +392,22 @@ fn main() -> anyhow::Result<()> {
     let n = env_usize("TWC_BENCH_WDS", 10);
     let steady = Duration::from_secs(env_usize("TWC_BENCH_STEADY_SECONDS", 120) as u64);
     let each = std::env::var("TWC_BENCH_TEMPORAL_NAMESPACES").as_deref() != Ok("shared");
+    // The controller's promotions, from its debug events; and its log on stderr when asked
+    // for (RUST_LOG=twc_controller=debug).
+    {
+        use tracing_subscriber::prelude::*;
+        let log = std::env::var_os("RUST_LOG").is_some().then(|| {
+            tracing_subscriber::fmt::layer()
+                .with_writer(std::io::stderr)
+                .with_filter(tracing_subscriber::EnvFilter::from_default_env())
+        });
+        let promotions = tracing_subscriber::filter::Targets::new()
+            .with_target("twc_controller::workerdeployment", tracing::Level::DEBUG);
+        tracing_subscriber::registry()
+            .with(asked::global().clone().with_filter(promotions))
+            .with(log)
+            .init();
+    }
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async move {
         let env = twc_testenv::shared().await?;

@@ -86,6 +86,9 @@ pub struct Applied {
     pub held: Vec<plan::credentials::HeldRestart>,
     /// When the routing write was answered (the routing changed at most then).
     pub routed_at: Option<std::time::SystemTime>,
+    /// The conflict token the last write to the worker deployment returned (the status shows
+    /// it, and the state remembered after the write holds it).
+    pub conflict_token: Option<Vec<u8>>,
 }
 
 impl Applied {
@@ -377,11 +380,13 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             .claim_manager(token)
             .await
             .map_err(|s| fail(Rpc::SetWorkerDeploymentManager, s))?;
+        applied.conflict_token = Some(token.clone());
         applied.done.push(Done::ClaimedManager);
     }
     match routing {
         Routing::SetCurrent(build) => {
-            temporal
+            tracing::debug!(deployment = temporal.name, build, "promoting");
+            token = temporal
                 .set_current(build, token, false)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentCurrentVersion, s))?;
@@ -390,7 +395,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             });
         }
         Routing::SetRamp(build, pct) => {
-            temporal
+            token = temporal
                 .set_ramping(build, *pct, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
@@ -400,7 +405,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
             });
         }
         Routing::ClearRamp => {
-            temporal
+            token = temporal
                 .set_ramping("", 0.0, token)
                 .await
                 .map_err(|s| fail(Rpc::SetWorkerDeploymentRampingVersion, s))?;
@@ -408,6 +413,7 @@ async fn run(ctx: &Context, inputs: Inputs<'_>, applied: &mut Applied) -> Result
         }
     }
     applied.routed_at = Some(std::time::SystemTime::now());
+    applied.conflict_token = Some(token);
     Ok(())
 }
 

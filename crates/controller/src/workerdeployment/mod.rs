@@ -170,7 +170,14 @@ pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -
     if phases.slow() {
         tracing::info!(namespace = ns, name, "slow reconcile: {}", phases.summary());
     } else {
-        tracing::debug!(namespace = ns, name, "reconciled in {}", phases.summary());
+        let next = result.as_ref().ok();
+        tracing::debug!(
+            namespace = ns,
+            name,
+            ?next,
+            "reconciled in {}",
+            phases.summary()
+        );
     }
     result
 }

@@ -141,9 +141,22 @@ pub async fn read_temporal(
     // does not follow the open-source releases).
     let server_version = temporal.server_version.as_deref();
     let target = temporal.target(wd, ctx.identity());
+    let asked = std::time::Instant::now();
     let described = target.describe().await;
     let state = match described {
-        Ok(s) => s,
+        Ok(s) => {
+            // How long the server took, and how far into the pass (the rollout benchmark
+            // splits a promotion's latency by it).
+            tracing::debug!(
+                namespace = wd.namespace().unwrap_or_default(),
+                target_build,
+                status = ?plan::status_of(&s, target_build),
+                since_pass_ms = now.elapsed().map_or(0, |d| d.as_millis()),
+                took_ms = asked.elapsed().as_millis(),
+                "read Temporal's state"
+            );
+            s
+        }
         Err(status) => {
             if temporal::is_connection_error(&status) {
                 ctx.pool.evict(&temporal.pool_key);

@@ -173,6 +173,10 @@ pub fn effective(observed: &Observed, applied: &Applied, identity: &str) -> Obse
     let now = o.now;
     // The routing changed when its write was answered.
     let routed = applied.routed_at.unwrap_or(now);
+    // The writes' answers carry the worker deployment's new conflict token.
+    if let Some(token) = &applied.conflict_token {
+        o.temporal.conflict_token = token.clone();
+    }
     for done in &applied.done {
         let state = &mut o.temporal;
         match done {

@@ -133,6 +133,31 @@ fn a_promotion_made_now_shows_in_the_status_written_now() {
 }
 
 #[test]
+fn the_conflict_token_a_promotion_returned_is_the_one_shown_and_remembered() {
+    let mut observed = v1_current_v2_registered();
+    observed.temporal.conflict_token = b"before".to_vec();
+    let applied = Applied {
+        done: vec![Done::Promoted { build: "v2".into() }],
+        conflict_token: Some(b"after".to_vec()),
+        ..Default::default()
+    };
+    // The state remembered after the write (standing in for the next read) holds it...
+    let after = effective(&observed, &applied, ME);
+    assert_eq!(after.temporal.conflict_token, b"after".to_vec());
+    // ...and the status shows it: a person's own write with the token shown is not refused.
+    let outcome = Outcome::Executed {
+        observed: &observed,
+        plan: &plan_for("v2"),
+        applied: &applied,
+    };
+    let s = next(&wd(), &Default::default(), outcome, None, ME, t(100));
+    assert_eq!(
+        s.version_conflict_token.map(|t| t.0),
+        Some(b"after".to_vec())
+    );
+}
+
+#[test]
 fn a_deployment_created_now_is_named_in_the_status_written_now() {
     let mut observed = v1_current_v2_registered();
     observed.deployments.remove("v2");
