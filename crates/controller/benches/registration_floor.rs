@@ -242,7 +242,7 @@ fn main() -> anyhow::Result<()> {
         for (early, how) in [(true, "on the version's describe"), (false, "on the deployment's describe")] {
             report(&format!("promotion asked {how}: currentSinceTime"), col(&|s| s.current_since, Some(early)));
             report(&format!("promotion asked {how}: answered"), col(&|s| s.answered, Some(early)));
-            report(&format!("  asked -> currentSinceTime"), col(&|s| s.current_since - s.asked, Some(early)));
+            report("  asked -> currentSinceTime", col(&|s| s.current_since - s.asked, Some(early)));
         }
         let refused = samples.iter().filter(|s| s.refused.is_some()).count();
         println!("  promotions refused: {refused} of {}", samples.len());

@@ -282,9 +282,11 @@ async fn round(
             row("4 registered -> ramping", secs(rec.created, ramping));
         }
         row("5 registered -> Current", secs(rec.created, rec.current));
-        // Of it: the controller's and the server's parts, from the pass that promoted.
-        if let (Some(p), Some(ready), None) =
-            (asked::global().promotion(&t.ns, build), ready, rec.ramping)
+        // Of it: the controller's and the server's parts, from the pass that promoted (an
+        // AllAtOnce promotion: Temporal forgets the ramp's times once the version is current).
+        let all_at_once = !what.contains("Progressive");
+        if let (Some(p), Some(ready), true) =
+            (asked::global().promotion(&t.ns, build), ready, all_at_once)
         {
             row(
                 "5a   registered and available -> promoting pass (controller)",
@@ -297,7 +299,7 @@ async fn round(
                 );
             }
             row(
-                "5c   pass began -> promotion asked, less the read (controller)",
+                "5c   the rest of the pass before the request (controller)",
                 secs(p.pass_began, p.asked) - p.read_took.map_or(0.0, |d| d.as_secs_f64()),
             );
             row(

@@ -29,8 +29,9 @@ struct Read {
     at: SystemTime,
 }
 
-/// A promotion asked this soon after a read of its target is in the read's pass.
-const SAME_PASS: Duration = Duration::from_millis(100);
+/// A promotion asked this soon after a read that found its target registered is in that
+/// read's pass (a first version's manager claim comes between them).
+const SAME_PASS: Duration = Duration::from_secs(2);
 
 #[derive(Default)]
 struct Book {
@@ -65,6 +66,7 @@ struct Fields {
     namespace: String,
     build: String,
     deployment: String,
+    status: String,
     since_pass_ms: u64,
     took_ms: u64,
 }
@@ -75,6 +77,7 @@ impl Visit for Fields {
             "namespace" => self.namespace = value.to_string(),
             "target_build" | "build" => self.build = value.to_string(),
             "deployment" => self.deployment = value.to_string(),
+            "status" => self.status = value.to_string(),
             "message" => self.message = value.to_string(),
             _ => {}
         }
@@ -113,7 +116,9 @@ impl<S: tracing::Subscriber> Layer<S> for Asked {
         event.record(&mut f);
         let mut book = self.0.lock().unwrap_or_else(|e| e.into_inner());
         match f.message.as_str() {
-            "read Temporal's state" => {
+            // The read that found the target registered (one before it found nothing to
+            // promote).
+            "read Temporal's state" if f.status != "NotRegistered" => {
                 let read = Read {
                     pass_began: now - Duration::from_millis(f.since_pass_ms),
                     took: Duration::from_millis(f.took_ms),
