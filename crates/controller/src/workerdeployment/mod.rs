@@ -170,14 +170,7 @@ pub async fn reconcile(cached: Arc<CachedWorkerDeployment>, ctx: Arc<Context>) -
     if phases.slow() {
         tracing::info!(namespace = ns, name, "slow reconcile: {}", phases.summary());
     } else {
-        let next = result.as_ref().ok();
-        tracing::debug!(
-            namespace = ns,
-            name,
-            ?next,
-            "reconciled in {}",
-            phases.summary()
-        );
+        tracing::debug!(namespace = ns, name, "reconciled in {}", phases.summary());
     }
     result
 }
