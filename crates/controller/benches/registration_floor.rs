@@ -23,41 +23,19 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
     SetWorkerDeploymentCurrentVersionRequest,
 };
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::{secs as since, ts};
+
+fn report(what: &str, v: Vec<f64>) {
+    stats::report(what, v, 3);
+}
+
 fn env_u64(key: &str, default: u64) -> u64 {
     std::env::var(key)
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
-}
-
-fn ts(t: &Option<prost_wkt_types::Timestamp>) -> Option<SystemTime> {
-    let t = t.as_ref()?;
-    (t.seconds > 0)
-        .then(|| SystemTime::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos.max(0) as u32))
-}
-
-fn since(from: SystemTime, to: SystemTime) -> f64 {
-    match to.duration_since(from) {
-        Ok(d) => d.as_secs_f64(),
-        Err(e) => -e.duration().as_secs_f64(),
-    }
-}
-
-fn report(what: &str, mut v: Vec<f64>) {
-    v.sort_by(f64::total_cmp);
-    let at = |p: f64| {
-        let i = ((v.len() as f64 - 1.0) * p).round() as usize;
-        v.get(i.min(v.len().saturating_sub(1)))
-            .copied()
-            .unwrap_or(f64::NAN)
-    };
-    println!(
-        "  {what:<58} p50 {:>6.3} s   p99 {:>6.3} s   max {:>6.3} s   (n={})",
-        at(0.5),
-        at(0.99),
-        v.last().copied().unwrap_or(f64::NAN),
-        v.len()
-    );
 }
 
 /// One version's times, each from its `createTime`.

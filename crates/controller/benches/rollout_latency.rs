@@ -36,6 +36,9 @@ use serde_json::json;
 use twc_api::{Connection, WorkerDeployment};
 use twc_controller::controller::{Config, prepare};
 
+#[path = "common/stats.rs"]
+mod stats;
+use stats::secs;
 #[path = "rollout_latency/asked.rs"]
 mod asked;
 #[path = "rollout_latency/calls.rs"]
@@ -120,30 +123,8 @@ fn spawn_watches(client: &Client, seen: Arc<Mutex<Seen>>) {
     });
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-fn report(what: &str, mut v: Vec<f64>) {
-    v.sort_by(f64::total_cmp);
-    println!(
-        "  {what:<58} p50 {:>6.2} s   p99 {:>6.2} s   max {:>6.2} s   (n={})",
-        percentile(&v, 0.5),
-        percentile(&v, 0.99),
-        v.last().copied().unwrap_or(f64::NAN),
-        v.len()
-    );
-}
-
-fn secs(from: SystemTime, to: SystemTime) -> f64 {
-    match to.duration_since(from) {
-        Ok(d) => d.as_secs_f64(),
-        Err(e) => -e.duration().as_secs_f64(),
-    }
+fn report(what: &str, v: Vec<f64>) {
+    stats::report(what, v, 2);
 }
 
 struct Tenant {

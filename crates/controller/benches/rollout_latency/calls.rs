@@ -4,6 +4,8 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
 
+use super::stats::ts;
+
 /// The Temporal methods the controller calls (the workers call others: polls, heartbeats).
 pub const CONTROLLER_METHODS: &[&str] = &[
     "ListWorkerDeployments",
@@ -17,12 +19,6 @@ pub const CONTROLLER_METHODS: &[&str] = &[
     "DescribeTaskQueue",
     "CountWorkflowExecutions",
 ];
-
-fn ts(t: &Option<prost_wkt_types::Timestamp>) -> Option<SystemTime> {
-    let t = t.as_ref()?;
-    (t.seconds > 0)
-        .then(|| SystemTime::UNIX_EPOCH + Duration::new(t.seconds as u64, t.nanos.max(0) as u32))
-}
 
 /// What Temporal recorded of one version: registered (first poll), ramping since, current since.
 pub struct Recorded {
