@@ -175,6 +175,25 @@ impl Run {
                 own / minutes / self.total() as f64
             ),
         );
+        // Passes at rest: each costs CPU even when it reads and writes nothing.
+        let reconciles = |t: &str, c: &str| {
+            observe::controller_counter(t, "twc_reconcile_total", &[("controller", c)])
+        };
+        for c in [
+            "WorkerDeployment",
+            "WorkerResourceTemplate",
+            "Connection",
+            "ClusterConnection",
+        ] {
+            let n = reconciles(&ctl_after, c) - reconciles(&ctl_before, c);
+            row(
+                &format!("  controller's {c} reconciles"),
+                format!(
+                    "{n:.0} ({:.1} per minute; twc_reconcile_total)",
+                    n / minutes
+                ),
+            );
+        }
         row(
             "  controller saw ResourceExhausted",
             format!(
