@@ -39,7 +39,7 @@ use crate::error::{Error, Result, Retry, Streak};
 use crate::events::{EventType, Recorder};
 use crate::metrics;
 use crate::observed::{DeploymentState, Observed, TargetObserved};
-use crate::plan::pace::Pace;
+use crate::plan::pace::{self, Pace};
 use crate::plan::pods::PodsSeen;
 use crate::plan::{self, Plan};
 use crate::scoped::{Scoped, Synced};
@@ -359,7 +359,8 @@ async fn roll_out(
             ctx.own.wrote(wd, written);
         }
     }
-    Ok(Action::requeue(requeue))
+    // Long requeues on a whole second: those due together share one wake-up.
+    Ok(Action::requeue(pace::coalesced(requeue, SystemTime::now())))
 }
 
 /// While `wd` is being deleted: restarts the versions `kept` for their pinned workflows whose

@@ -87,6 +87,27 @@ fn a_target_whose_workers_just_came_up_is_read_again_within_a_quarter_second() {
 }
 
 #[test]
+fn long_requeues_fall_due_together_on_the_next_whole_second() {
+    use crate::plan::pace::coalesced;
+    let at = |ms: u64| SystemTime::UNIX_EPOCH + Duration::from_millis(1_800_000_000_000 + ms);
+    let steady = Duration::from_secs(60);
+    // Two passes a few hundred milliseconds apart come back in the same instant.
+    let (a, b) = (at(100), at(730));
+    assert_eq!(a + coalesced(steady, a), at(61_000));
+    assert_eq!(b + coalesced(steady, b), at(61_000));
+    // Already on a whole second: as asked; never sooner, at most a second later.
+    assert_eq!(coalesced(steady, at(0)), steady);
+    for ms in [1, 250, 999] {
+        let r = coalesced(Duration::from_millis(10_500), at(ms));
+        assert!(r >= Duration::from_millis(10_500) && r < Duration::from_millis(11_500));
+    }
+    // A short requeue keeps its instant: the fast poll, a first poll looked for.
+    for short in [Duration::from_millis(250), Duration::from_secs(2)] {
+        assert_eq!(coalesced(short, at(100)), short);
+    }
+}
+
+#[test]
 fn a_routing_write_is_followed_by_a_read() {
     let wd = wd("AllAtOnce", "w:v2");
     let (_, w) = registered_beside_current(&wd);
