@@ -16,7 +16,10 @@ use clients::{client_from_kubeconfig, kubeconfig_json};
 pub use clients::{create_namespace, random_token};
 
 use crate::pki::{Ca, Usage};
-use crate::process::{ChildProcess, Spec, free_ports, log_tail};
+use crate::process::{
+    ChildProcess, Spec, free_port, free_ports, log_len, log_tail, lost_a_port_race,
+};
+use crate::temporal::START_ATTEMPTS;
 use crate::{Error, paths};
 
 /// The controllers kube-controller-manager runs here: enough for owner-reference garbage
@@ -100,7 +103,7 @@ impl ControlPlane {
             std::fs::create_dir_all(d).map_err(|e| Error::io("testenv", d, e))?;
         }
         let ports = free_ports(4)?;
-        let (etcd_client, etcd_peer, api_port, kcm_port) = (ports[0], ports[1], ports[2], ports[3]);
+        let (etcd_client, etcd_peer, kcm_port) = (ports[0], ports[1], ports[3]);
 
         // Certificates and keys.
         let ca = Ca::new("twc-testenv-ca")?;
@@ -178,102 +181,120 @@ impl ControlPlane {
         }
         processes.push(etcd);
 
-        // kube-apiserver
-        let mut api_args = vec![
-            format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
-            format!("--secure-port={api_port}"),
-            format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
-            format!(
-                "--tls-private-key-file={}",
-                pki.join("apiserver.key").display()
-            ),
-            format!("--client-ca-file={}", pki.join("ca.crt").display()),
-            format!("--token-auth-file={}", pki.join("tokens.csv").display()),
-            "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
-            format!(
-                "--service-account-key-file={}",
-                pki.join("sa.pub").display()
-            ),
-            format!(
-                "--service-account-signing-key-file={}",
-                pki.join("sa.key").display()
-            ),
-            "--service-cluster-ip-range=10.96.0.0/24".into(),
-            "--allow-privileged=true".into(),
-            "--profiling=false".into(),
-            format!("--cert-dir={}", pki.join("generated").display()),
-            // Who read which Secret: tests prove what the controller never reads.
-            format!(
-                "--audit-policy-file={}",
-                pki.join("audit-policy.yaml").display()
-            ),
-            format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()),
-            "--audit-log-format=json".into(),
-        ];
-        if opts.node.is_some() {
-            // Loopback for the host's clients, the bridge for pods (through kube-proxy); the
-            // lease reconciler keeps the `kubernetes` Service's endpoint at the bridge address.
-            api_args.extend([
-                "--bind-address=0.0.0.0".to_string(),
-                format!("--advertise-address={}", crate::node::HOST_IP),
-                "--endpoint-reconciler-type=lease".into(),
-                "--authorization-mode=Node,RBAC".into(),
-                // `kubectl logs` reaches the kubelet by the node's address; its name is in no DNS.
-                "--kubelet-preferred-address-types=InternalIP".into(),
-            ]);
-        } else {
-            api_args.extend([
-                "--bind-address=127.0.0.1".to_string(),
-                "--advertise-address=127.0.0.1".into(),
-                "--endpoint-reconciler-type=none".into(),
-                "--authorization-mode=RBAC".into(),
-            ]);
-        }
-        api_args.extend(opts.apiserver_args.iter().cloned());
-        let api_spec = Spec::new(
-            "kube-apiserver",
-            paths::kube_apiserver(),
-            dir.join("kube-apiserver.log"),
-        )
-        .args(api_args);
-        let mut apiserver = ChildProcess::start(&api_spec)?;
-
-        let server_url = format!("https://127.0.0.1:{api_port}");
-        let kubeconfig_path = dir.join("admin.kubeconfig");
-        let kubeconfig = kubeconfig_json(&server_url, &ca.cert_pem, &admin_token);
-        std::fs::write(&kubeconfig_path, kubeconfig.to_string())
-            .map_err(|e| Error::io("testenv", &kubeconfig_path, e))?;
-        let node_kubeconfig_path = match &opts.node {
-            Some(_) => {
-                let path = dir.join("node.kubeconfig");
-                let config = kubeconfig_json(&server_url, &ca.cert_pem, &node_token);
-                std::fs::write(&path, config.to_string())
-                    .map_err(|e| Error::io("testenv", &path, e))?;
-                Some(path)
+        // kube-apiserver: on a fresh port if another process took the one picked before the
+        // server bound it (it exits at once with "address already in use").
+        let api_log = dir.join("kube-apiserver.log");
+        let mut api_port = ports[2];
+        let mut attempt = 1;
+        let (apiserver, server_url, kubeconfig_path, node_kubeconfig_path, client) = 'start: loop {
+            let since = log_len(&api_log);
+            let mut api_args = vec![
+                format!("--etcd-servers=http://127.0.0.1:{etcd_client}"),
+                format!("--secure-port={api_port}"),
+                format!("--tls-cert-file={}", pki.join("apiserver.crt").display()),
+                format!(
+                    "--tls-private-key-file={}",
+                    pki.join("apiserver.key").display()
+                ),
+                format!("--client-ca-file={}", pki.join("ca.crt").display()),
+                format!("--token-auth-file={}", pki.join("tokens.csv").display()),
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local".into(),
+                format!(
+                    "--service-account-key-file={}",
+                    pki.join("sa.pub").display()
+                ),
+                format!(
+                    "--service-account-signing-key-file={}",
+                    pki.join("sa.key").display()
+                ),
+                "--service-cluster-ip-range=10.96.0.0/24".into(),
+                "--allow-privileged=true".into(),
+                "--profiling=false".into(),
+                format!("--cert-dir={}", pki.join("generated").display()),
+                // Who read which Secret: tests prove what the controller never reads.
+                format!(
+                    "--audit-policy-file={}",
+                    pki.join("audit-policy.yaml").display()
+                ),
+                format!("--audit-log-path={}", dir.join(AUDIT_LOG).display()),
+                "--audit-log-format=json".into(),
+            ];
+            if opts.node.is_some() {
+                // Loopback for the host's clients, the bridge for pods (through kube-proxy); the
+                // lease reconciler keeps the `kubernetes` Service's endpoint at the bridge address.
+                api_args.extend([
+                    "--bind-address=0.0.0.0".to_string(),
+                    format!("--advertise-address={}", crate::node::HOST_IP),
+                    "--endpoint-reconciler-type=lease".into(),
+                    "--authorization-mode=Node,RBAC".into(),
+                    // `kubectl logs` reaches the kubelet by the node's address; its name is in no DNS.
+                    "--kubelet-preferred-address-types=InternalIP".into(),
+                ]);
+            } else {
+                api_args.extend([
+                    "--bind-address=127.0.0.1".to_string(),
+                    "--advertise-address=127.0.0.1".into(),
+                    "--endpoint-reconciler-type=none".into(),
+                    "--authorization-mode=RBAC".into(),
+                ]);
             }
-            None => None,
-        };
+            api_args.extend(opts.apiserver_args.iter().cloned());
+            let api_spec = Spec::new("kube-apiserver", paths::kube_apiserver(), api_log.clone())
+                .args(api_args);
+            let mut apiserver = ChildProcess::start(&api_spec)?;
 
-        let client = client_from_kubeconfig(kubeconfig).await?;
-        let started = Instant::now();
-        let timeout = Duration::from_secs(90);
-        loop {
-            apiserver.check_running()?;
-            let req = http::Request::get("/readyz").body(Vec::new());
-            let result = match req {
-                Ok(req) => client.request_text(req).await.map_err(|e| e.to_string()),
-                Err(e) => Err(e.to_string()),
+            let server_url = format!("https://127.0.0.1:{api_port}");
+            let kubeconfig_path = dir.join("admin.kubeconfig");
+            let kubeconfig = kubeconfig_json(&server_url, &ca.cert_pem, &admin_token);
+            std::fs::write(&kubeconfig_path, kubeconfig.to_string())
+                .map_err(|e| Error::io("testenv", &kubeconfig_path, e))?;
+            let node_kubeconfig_path = match &opts.node {
+                Some(_) => {
+                    let path = dir.join("node.kubeconfig");
+                    let config = kubeconfig_json(&server_url, &ca.cert_pem, &node_token);
+                    std::fs::write(&path, config.to_string())
+                        .map_err(|e| Error::io("testenv", &path, e))?;
+                    Some(path)
+                }
+                None => None,
             };
-            match result {
-                Ok(body) if body.trim() == "ok" => break,
-                Ok(body) | Err(body) => {
-                    if started.elapsed() > timeout {
-                        return Err(not_ready(&apiserver, timeout, body));
+
+            let client = client_from_kubeconfig(kubeconfig).await?;
+            let started = Instant::now();
+            let timeout = Duration::from_secs(90);
+            loop {
+                if let Err(e) = apiserver.check_running() {
+                    if attempt < START_ATTEMPTS && lost_a_port_race(&e, since) {
+                        attempt += 1;
+                        api_port = free_port()?;
+                        continue 'start;
+                    }
+                    return Err(e);
+                }
+                let req = http::Request::get("/readyz").body(Vec::new());
+                let result = match req {
+                    Ok(req) => client.request_text(req).await.map_err(|e| e.to_string()),
+                    Err(e) => Err(e.to_string()),
+                };
+                match result {
+                    Ok(body) if body.trim() == "ok" => {
+                        break 'start (
+                            apiserver,
+                            server_url,
+                            kubeconfig_path,
+                            node_kubeconfig_path,
+                            client,
+                        );
+                    }
+                    Ok(body) | Err(body) => {
+                        if started.elapsed() > timeout {
+                            return Err(not_ready(&apiserver, timeout, body));
+                        }
                     }
                 }
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        };
         processes.push(apiserver);
 
         let cp = Self {

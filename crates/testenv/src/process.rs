@@ -279,6 +279,26 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// Whether a failed start is the process exiting because a port it picked was taken meanwhile:
+/// its log, from byte `since` (where this start began writing), says so.
+pub(crate) fn lost_a_port_race(e: &Error, since: u64) -> bool {
+    match e {
+        Error::ExitedEarly { log, .. } => {
+            let bytes = std::fs::read(log).unwrap_or_default();
+            let from = usize::try_from(since)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            String::from_utf8_lossy(&bytes[from..]).contains("address already in use")
+        }
+        _ => false,
+    }
+}
+
+/// The size of a log file now (0 if it does not exist yet).
+pub(crate) fn log_len(path: &Path) -> u64 {
+    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
+}
+
 /// A TCP port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> Result<u16, Error> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")

@@ -14,7 +14,7 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
 mod workflows;
 pub use workflows::{activity_identities, start_workflow, start_workflow_pinned, workflow_status};
 
-use crate::process::{ChildProcess, Spec, free_ports, log_tail};
+use crate::process::{ChildProcess, Spec, free_ports, log_len, log_tail, lost_a_port_race};
 use crate::{Error, paths};
 
 /// Dynamic config that makes versions drain and pollers expire in about a second, as TWC's own
@@ -287,26 +287,6 @@ impl TemporalServer {
 
 /// How many times [`TemporalServer::start`] tries when a start loses a port to another process.
 pub const START_ATTEMPTS: usize = 3;
-
-/// Whether a failed start is the server exiting because a port it picked was taken meanwhile:
-/// its log, from byte `since` (where this start began writing), says so.
-fn lost_a_port_race(e: &Error, since: u64) -> bool {
-    match e {
-        Error::ExitedEarly { log, .. } => {
-            let bytes = std::fs::read(log).unwrap_or_default();
-            let from = usize::try_from(since)
-                .unwrap_or(usize::MAX)
-                .min(bytes.len());
-            String::from_utf8_lossy(&bytes[from..]).contains("address already in use")
-        }
-        _ => false,
-    }
-}
-
-/// The size of a log file now (0 if it does not exist yet).
-fn log_len(path: &Path) -> u64 {
-    std::fs::metadata(path).map(|m| m.len()).unwrap_or(0)
-}
 
 /// Connects to a Temporal frontend at `host:port` without TLS.
 pub async fn connect(address: &str) -> Result<Connection, Error> {
