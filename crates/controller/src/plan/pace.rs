@@ -75,9 +75,9 @@ pub fn coalesced(requeue: Duration, now: SystemTime) -> Duration {
     if requeue < COALESCE_FROM {
         return requeue;
     }
-    let due = now + requeue;
-    let into_second = due
-        .duration_since(SystemTime::UNIX_EPOCH)
+    let into_second = now
+        .checked_add(requeue)
+        .and_then(|due| due.duration_since(SystemTime::UNIX_EPOCH).ok())
         .map_or(0, |d| d.subsec_nanos());
     match into_second {
         0 => requeue,

@@ -101,6 +101,8 @@ fn long_requeues_fall_due_together_on_the_next_whole_second() {
         let r = coalesced(Duration::from_millis(10_500), at(ms));
         assert!(r >= Duration::from_millis(10_500) && r < Duration::from_millis(11_500));
     }
+    // Past what the clock can hold: as asked, no panic.
+    assert_eq!(coalesced(Duration::MAX, a), Duration::MAX);
     // A short requeue keeps its instant: the fast poll, a first poll looked for.
     for short in [Duration::from_millis(250), Duration::from_secs(2)] {
         assert_eq!(coalesced(short, at(100)), short);
