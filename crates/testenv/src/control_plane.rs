@@ -17,9 +17,8 @@ pub use clients::{create_namespace, random_token};
 
 use crate::pki::{Ca, Usage};
 use crate::process::{
-    ChildProcess, Spec, free_port, free_ports, log_len, log_tail, lost_a_port_race,
+    ChildProcess, START_ATTEMPTS, Spec, free_port, free_ports, log_len, log_tail, lost_a_port_race,
 };
-use crate::temporal::START_ATTEMPTS;
 use crate::{Error, paths};
 
 /// The controllers kube-controller-manager runs here: enough for owner-reference garbage

@@ -279,6 +279,10 @@ pub fn log_tail(path: &Path, lines: usize) -> String {
     all[all.len().saturating_sub(lines)..].join("\n")
 }
 
+/// How many times a server is started when a start loses a port it picked to another process
+/// (the Temporal dev server, kube-apiserver).
+pub const START_ATTEMPTS: usize = 3;
+
 /// Whether a failed start is the process exiting because a port it picked was taken meanwhile:
 /// its log, from byte `since` (where this start began writing), says so.
 pub(crate) fn lost_a_port_race(e: &Error, since: u64) -> bool {

@@ -14,7 +14,9 @@ use temporalio_common::protos::temporal::api::workflowservice::v1::{
 mod workflows;
 pub use workflows::{activity_identities, start_workflow, start_workflow_pinned, workflow_status};
 
-use crate::process::{ChildProcess, Spec, free_ports, log_len, log_tail, lost_a_port_race};
+use crate::process::{
+    ChildProcess, START_ATTEMPTS, Spec, free_ports, log_len, log_tail, lost_a_port_race,
+};
 use crate::{Error, paths};
 
 /// Dynamic config that makes versions drain and pollers expire in about a second, as TWC's own
@@ -284,9 +286,6 @@ impl TemporalServer {
         crate::rss_bytes(pid)
     }
 }
-
-/// How many times [`TemporalServer::start`] tries when a start loses a port to another process.
-pub const START_ATTEMPTS: usize = 3;
 
 /// Connects to a Temporal frontend at `host:port` without TLS.
 pub async fn connect(address: &str) -> Result<Connection, Error> {
